@@ -1,0 +1,47 @@
+"""Shared fixtures: the real profiles in ../shared/data and warehouses built from them."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from pathlib import Path
+
+import pytest
+
+import xprosql
+
+SHARED_DATA = Path(os.environ.get("XPROSQL_SHARED_DATA", Path(__file__).resolve().parents[2] / "shared" / "data"))
+TPU_SAMPLE = SHARED_DATA / "xspace" / "tpu_v6e_inference.xplane.pb"
+GPU_SAMPLE = SHARED_DATA / "xspace" / "gpu_v100_tf_bert.xplane.pb"
+XSPACE_SAMPLES = {"tpu": TPU_SAMPLE, "gpu": GPU_SAMPLE}
+
+
+def tree_digest(root: Path) -> dict[str, str]:
+    """Every file below root with its content hash: equal digests mean byte-for-byte equal trees."""
+    if not root.exists():
+        return {}
+    return {
+        str(p.relative_to(root)): hashlib.sha256(p.read_bytes()).hexdigest() if p.is_file() else "<dir>"
+        for p in sorted(root.rglob("*"))
+    }
+
+
+@pytest.fixture(scope="session")
+def xspace_warehouse(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """One warehouse holding both real XSpace samples."""
+    for sample in XSPACE_SAMPLES.values():
+        if not sample.exists():
+            pytest.skip(f"real sample missing: {sample}")
+    root = tmp_path_factory.mktemp("wh") / "run"
+    report = xprosql.ingest(list(XSPACE_SAMPLES.values()), into=root)
+    assert report.ok, str(report)
+    return root
+
+
+@pytest.fixture(scope="session")
+def jax_cpu_profile(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A real XSpace written by JAX on this machine's CPU (skips without jax)."""
+    pytest.importorskip("jax")
+    from jax_profiles import make_jax_cpu_profile
+
+    return make_jax_cpu_profile(tmp_path_factory.mktemp("jaxlog"))

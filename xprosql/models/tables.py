@@ -1,0 +1,194 @@
+"""The warehouse tables: names, columns, types, units and descriptions.
+
+This module is the public contract of the Parquet warehouse. Every table is
+hive-partitioned by ``profile_id`` (a directory ``<table>/profile_id=<id>/``),
+so ``profile_id`` is not stored inside the files; readers that enable hive
+partitioning (DuckDB, Polars, Spark, pandas/pyarrow datasets) see it as a
+string column.
+
+Times are integer picoseconds relative to the profile's ``start_ns``.
+
+Example:
+    >>> from xprosql.models import table_schema
+    >>> table_schema("events").field("dur_ps").type
+    DataType(int64)
+"""
+
+from __future__ import annotations
+
+import pyarrow as pa
+
+__all__ = ["TABLES", "table_schema", "column_unit", "PARTITION_COLUMN"]
+
+PARTITION_COLUMN = "profile_id"
+
+_dict_str = pa.dictionary(pa.int32(), pa.string())
+
+
+def _col(name: str, dtype: pa.DataType, description: str, unit: str | None = None) -> pa.Field:
+    meta = {"description": description}
+    if unit:
+        meta["unit"] = unit
+    return pa.field(name, dtype, metadata=meta)
+
+
+_STAT_VALUE_COLUMNS = [
+    _col("stat", _dict_str, "stat name (XStatMetadata.name)"),
+    _col("value_type", _dict_str, "which XStat value field was set: double, uint64, int64, str, bytes, ref"),
+    _col("int_value", pa.int64(), "value when value_type is int64"),
+    _col("uint_value", pa.uint64(), "value when value_type is uint64"),
+    _col("double_value", pa.float64(), "value when value_type is double"),
+    _col("str_value", pa.string(), "value when value_type is str, or the interned string of a ref"),
+    _col("bytes_value", pa.binary(), "value when value_type is bytes"),
+]
+
+TABLES: dict[str, pa.Schema] = {
+    "profiles": pa.schema([
+        _col("source_path", pa.string(), "absolute path of the ingested file"),
+        _col("host", pa.string(), "host the profile was taken on (XSpace hostnames, else the file name)"),
+        _col("run", pa.string(), "run directory of a jax.profiler.trace log (plugins/profile/<run>/)"),
+        _col("format", _dict_str, "source format, e.g. xspace"),
+        _col("start_ns", pa.int64(), "profile time origin: the earliest event start", "ns since epoch (as recorded)"),
+        _col("duration_ps", pa.int64(), "latest event end minus start_ns", "ps"),
+        _col("n_events", pa.int64(), "rows written to events for this profile"),
+        _col("n_devices", pa.int64(), "rows written to devices (XSpace planes)"),
+        _col("file_bytes", pa.int64(), "size of the source file", "bytes"),
+        _col("content_sha256", pa.string(), "SHA-256 of the file; profile_id is its first 16 hex digits"),
+        _col("producer", pa.string(), "framework and version that wrote the profile, when the file says"),
+        _col("profile_start_time_ns", pa.int64(), "Task Environment profile_start_time, when present", "ns since epoch"),
+        _col("profile_stop_time_ns", pa.int64(), "Task Environment profile_stop_time, when present", "ns since epoch"),
+        _col("errors", pa.list_(pa.string()), "errors the profiler recorded in the XSpace"),
+        _col("warnings", pa.list_(pa.string()), "warnings the profiler recorded in the XSpace"),
+        _col("ingested_at", pa.timestamp("us", tz="UTC"), "when xprosql wrote this profile"),
+        _col("xprosql_version", pa.string(), "version of xprosql that wrote it"),
+    ]),
+    "devices": pa.schema([
+        _col("device_id", pa.int32(), "plane ordinal within the file: the key other tables use"),
+        _col("plane_id", pa.int64(), "XPlane.id as recorded (not unique: host planes often share 0)"),
+        _col("name", pa.string(), "plane name, e.g. /device:TPU:0, /host:CPU"),
+        _col("kind", _dict_str, "tpu, gpu, cpu, host, metadata, custom, chip, task or other"),
+        _col("ordinal", pa.int32(), "N of /device:<KIND>:N, when the name has it"),
+        _col("model", pa.string(), "device model, e.g. TPU v6 Lite, Tesla V100"),
+        _col("peak_flops_per_s", pa.float64(), "peak compute rate (profile stat, else hardware model)", "FLOP/s"),
+        _col("peak_hbm_bytes_per_s", pa.float64(), "peak HBM bandwidth (profile stat, else hardware model)", "bytes/s"),
+        _col("peak_source", _dict_str, "where the peaks came from: profile, hardware_model, or profile+hardware_model (GPU: bandwidth stat, modelled FLOP/s)"),
+        _col("core_count", pa.int64(), "GPU SM count (core_count stat)"),
+        _col("clock_rate_khz", pa.int64(), "GPU clock (clock_rate stat)", "kHz"),
+        _col("memory_bytes", pa.int64(), "device memory size (memory_size stat)", "bytes"),
+        _col("compute_capability", pa.string(), "CUDA compute capability, e.g. 7.0"),
+        _col("n_tracks", pa.int32(), "lines in this plane"),
+        _col("n_events", pa.int64(), "events in this plane"),
+    ]),
+    "device_stats": pa.schema([
+        _col("device_id", pa.int32(), "devices.device_id"),
+        *_STAT_VALUE_COLUMNS,
+    ]),
+    "tracks": pa.schema([
+        _col("device_id", pa.int32(), "devices.device_id"),
+        _col("track_id", pa.int32(), "line ordinal within the file: the key events use"),
+        _col("line_id", pa.int64(), "XLine.id as recorded (thread id, GPU stream id, ...)"),
+        _col("display_id", pa.int64(), "XLine.display_id"),
+        _col("name", pa.string(), "line name, e.g. XLA Ops, Stream #134(Compute), main/3116817"),
+        _col("display_name", pa.string(), "XLine.display_name"),
+        _col("timestamp_ns", pa.int64(), "XLine.timestamp_ns as recorded", "ns"),
+        _col("duration_ps", pa.int64(), "XLine.duration_ps as recorded", "ps"),
+        _col("n_events", pa.int64(), "events on this line"),
+    ]),
+    "events": pa.schema([
+        _col("event_id", pa.int64(), "event ordinal within the file (line order): the key event_stats uses"),
+        _col("device_id", pa.int32(), "devices.device_id"),
+        _col("track_id", pa.int32(), "tracks.track_id"),
+        _col("metadata_id", pa.int64(), "XEvent.metadata_id: event_metadata key within the device"),
+        _col("name", _dict_str, "event metadata name"),
+        _col("display_name", _dict_str, "event metadata display name (the bare HLO op name on TPU op lines)"),
+        _col("start_ps", pa.int64(), "start relative to profiles.start_ns; null for aggregated events", "ps"),
+        _col("dur_ps", pa.int64(), "XEvent.duration_ps", "ps"),
+        _col("num_occurrences", pa.int64(), "XEvent.num_occurrences of an aggregated event (no start)"),
+        _col("hlo_module", _dict_str, "HLO module (stat hlo_module, else the module of program_id)"),
+        _col("hlo_op", _dict_str, "HLO instruction (stat hlo_op, else parsed from the op name)"),
+        _col("program_id", pa.uint64(), "XLA program id (stat program_id)"),
+        _col("group_id", pa.int64(), "step group (stat group_id)"),
+        _col("step_num", pa.int64(), "step number (stat step_num)"),
+        _col("correlation_id", pa.int64(), "CUPTI correlation id (stat correlation_id)"),
+        _col("category", _dict_str, "HLO category (stat hlo_category)"),
+        _col("flops", pa.int64(), "FLOPs of one occurrence (stat flops)", "FLOP"),
+        _col("bytes_accessed", pa.int64(), "bytes of one occurrence (stat bytes_accessed)", "bytes"),
+        _col("is_async", pa.bool_(), "stat _a"),
+        _col("device_offset_ps", pa.int64(), "TPU device clock start (stat device_offset_ps), as recorded", "ps"),
+        _col("device_duration_ps", pa.int64(), "TPU device clock duration (stat device_duration_ps)", "ps"),
+    ]),
+    "event_stats": pa.schema([
+        _col("event_id", pa.int64(), "events.event_id"),
+        *_STAT_VALUE_COLUMNS,
+    ]),
+    "event_metadata": pa.schema([
+        _col("device_id", pa.int32(), "devices.device_id"),
+        _col("metadata_id", pa.int64(), "XEventMetadata.id"),
+        _col("name", pa.string(), "XEventMetadata.name"),
+        _col("display_name", pa.string(), "XEventMetadata.display_name"),
+        _col("metadata", pa.binary(), "XEventMetadata.metadata bytes (usually empty)"),
+        _col("child_ids", pa.list_(pa.int64()), "XEventMetadata.child_id"),
+        _col("n_events", pa.int64(), "events that refer to this metadata"),
+    ]),
+    "metadata_stats": pa.schema([
+        _col("device_id", pa.int32(), "devices.device_id"),
+        _col("metadata_id", pa.int64(), "event_metadata.metadata_id"),
+        *_STAT_VALUE_COLUMNS,
+    ]),
+    "hlo_modules": pa.schema([
+        _col("program_id", pa.uint64(), "XLA program id: events.program_id joins here"),
+        _col("module", pa.string(), "HLO module name, e.g. jit_step"),
+        _col("entry_computation", pa.string(), "name of the entry computation"),
+        _col("n_computations", pa.int64(), "computations in the module"),
+        _col("n_instructions", pa.int64(), "instructions in all computations"),
+        _col("hlo_proto", pa.binary(), "the serialized xla.HloProto, as recorded"),
+    ]),
+    "hlo_ops": pa.schema([
+        _col("program_id", pa.uint64(), "hlo_modules.program_id"),
+        _col("module", pa.string(), "HLO module name"),
+        _col("computation", pa.string(), "computation holding the instruction"),
+        _col("is_entry_computation", pa.bool_(), "the computation is the module's entry"),
+        _col("is_fusion_computation", pa.bool_(), "the computation is the body of a fusion"),
+        _col("instruction_id", pa.int64(), "HloInstructionProto.id"),
+        _col("hlo_op", pa.string(), "instruction name: events.hlo_op joins here"),
+        _col("opcode", pa.string(), "HLO opcode, e.g. fusion, dot, convolution"),
+        _col("shape", pa.string(), "result shape with layout, as XLA prints it, e.g. f32[8,128]{1,0}"),
+        _col("element_type", pa.string(), "result element type, e.g. f32, bf16, tuple"),
+        _col("dimensions", pa.list_(pa.int64()), "result dimensions ([] for scalars and tuples)"),
+        _col("operand_names", pa.list_(pa.string()), "operand instruction names"),
+        _col("operand_shapes", pa.list_(pa.string()), "operand shapes with layout"),
+        _col("called_computations", pa.list_(pa.string()), "computations this instruction calls (fusion body, ...)"),
+        _col("fusion_kind", pa.string(), "kLoop, kInput, kOutput, kCustom for fusions"),
+        _col("custom_call_target", pa.string(), "target of a custom-call"),
+        _col("op_type", pa.string(), "framework op type from OpMetadata"),
+        _col("op_name", pa.string(), "framework op name from OpMetadata"),
+        _col("source_file", pa.string(), "source file from OpMetadata"),
+        _col("source_line", pa.int64(), "source line from OpMetadata"),
+        _col("dot_lhs_contracting_dims", pa.list_(pa.int64()), "dot: lhs contracting dimensions"),
+        _col("dot_rhs_contracting_dims", pa.list_(pa.int64()), "dot: rhs contracting dimensions"),
+        _col("dot_lhs_batch_dims", pa.list_(pa.int64()), "dot: lhs batch dimensions"),
+        _col("dot_rhs_batch_dims", pa.list_(pa.int64()), "dot: rhs batch dimensions"),
+        _col("window", pa.string(), "window as XLA prints it, e.g. size=3x3 stride=1x1 pad=1_1x1_1"),
+        _col("convolution_dims", pa.string(), "convolution dim_labels, e.g. b01f_01io->b01f"),
+        _col("feature_group_count", pa.int64(), "convolution feature groups"),
+        _col("batch_group_count", pa.int64(), "convolution batch groups"),
+        _col("instruction_dimensions", pa.list_(pa.int64()), "the instruction's dimensions field (reduce, broadcast, ...)"),
+        _col("parameter_number", pa.int64(), "parameter index of a parameter instruction"),
+        _col("tuple_index", pa.int64(), "index of a get-tuple-element"),
+    ]),
+}
+
+
+def table_schema(name: str) -> pa.Schema:
+    """Arrow schema of a warehouse table (without the ``profile_id`` partition column)."""
+    if name not in TABLES:
+        raise KeyError(f"unknown table {name!r}; tables are {sorted(TABLES)}")
+    return TABLES[name]
+
+
+def column_unit(table: str, column: str) -> str | None:
+    """Unit of a column, or None when it has none (names, ids, counts)."""
+    field = table_schema(table).field(column)
+    meta = field.metadata or {}
+    unit = meta.get(b"unit")
+    return unit.decode() if unit else None

@@ -1,0 +1,1 @@
+"""Protocol buffer schemas and their generated modules (see README.md)."""
