@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import importlib.metadata
+
 from collections import Counter, defaultdict
 from pathlib import Path
 
@@ -228,6 +230,7 @@ def test_jax_cpu_profile_ingests_with_run_host_and_hlo(jax_cpu_profile: Path, tm
     profile = run.profiles.row(0, named=True)
     assert profile["run"] == jax_cpu_profile.parent.name
     assert profile["host"] == jax_cpu_profile.name.removesuffix(".xplane.pb")
+    assert profile["producer"] == f"jax {importlib.metadata.version('jax')}"
 
     space = _space(jax_cpu_profile)
     expected: defaultdict[str, int] = defaultdict(int)

@@ -101,10 +101,14 @@ def _ingest_one(path: Path, warehouse: Warehouse, report: IngestReport) -> None:
         return
     run, host = _run_and_host(path)
     with warehouse.stage(profile_id) as staged:
-        for table, batch in decode_xspace(data, source=str(path)):
-            if table == "profiles":
-                batch = _complete_profile_row(batch, path=path, data=data, run=run, host=host)
-            staged.write(table, batch)
+        try:
+            for table, batch in decode_xspace(data, source=str(path)):
+                if table == "profiles":
+                    batch = _complete_profile_row(batch, path=path, data=data, run=run, host=host)
+                staged.write(table, batch)
+        except (OverflowError, ValueError, pa.ArrowException) as exc:
+            # A protobuf that parses but holds impossible values (times past int64 ps, ...).
+            raise IngestError(path, f"corrupt XSpace content: {type(exc).__name__}: {exc}") from None
         written = warehouse.commit(staged)
     result = ProfileIngested(str(path), profile_id, {t: n for t, n in staged.rows.items()})
     (report.ingested if written else report.skipped).append(result)

@@ -19,6 +19,7 @@ from typing import Any
 import pyarrow as pa
 from google.protobuf.message import DecodeError
 
+from xprosql.models.tables import TABLES
 from xprosql.protos import hlo_pb2
 
 __all__ = [
@@ -48,56 +49,9 @@ _INTEGRAL_TYPES = frozenset(
 )
 _NON_ARRAY_TYPES = frozenset((_PT.TUPLE, _PT.TOKEN, _PT.OPAQUE_TYPE, _PT.BUFFER, _PT.PRIMITIVE_TYPE_INVALID))
 
-_list_int = pa.list_(pa.int64())
-_list_str = pa.list_(pa.string())
-
-# program_id is XLA's 64-bit program fingerprint: unsigned, as device stats carry it.
-HLO_MODULE_COLUMNS: pa.Schema = pa.schema(
-    [
-        pa.field("program_id", pa.uint64()),
-        pa.field("module", pa.string()),
-        pa.field("entry_computation", pa.string()),
-        pa.field("n_computations", pa.int64()),
-        pa.field("n_instructions", pa.int64()),
-        pa.field("hlo_proto", pa.binary()),
-    ]
-)
-
-HLO_OP_COLUMNS: pa.Schema = pa.schema(
-    [
-        pa.field("program_id", pa.uint64()),
-        pa.field("module", pa.string()),
-        pa.field("computation", pa.string()),
-        pa.field("is_entry_computation", pa.bool_()),
-        pa.field("is_fusion_computation", pa.bool_()),
-        pa.field("instruction_id", pa.int64()),
-        pa.field("hlo_op", pa.string()),
-        pa.field("opcode", pa.string()),
-        pa.field("shape", pa.string()),
-        pa.field("element_type", pa.string()),
-        pa.field("dimensions", _list_int),
-        pa.field("operand_names", _list_str),
-        pa.field("operand_shapes", _list_str),
-        pa.field("called_computations", _list_str),
-        pa.field("fusion_kind", pa.string()),
-        pa.field("custom_call_target", pa.string()),
-        pa.field("op_type", pa.string()),
-        pa.field("op_name", pa.string()),
-        pa.field("source_file", pa.string()),
-        pa.field("source_line", pa.int64()),
-        pa.field("dot_lhs_contracting_dims", _list_int),
-        pa.field("dot_rhs_contracting_dims", _list_int),
-        pa.field("dot_lhs_batch_dims", _list_int),
-        pa.field("dot_rhs_batch_dims", _list_int),
-        pa.field("window", pa.string()),
-        pa.field("convolution_dims", pa.string()),
-        pa.field("feature_group_count", pa.int64()),
-        pa.field("batch_group_count", pa.int64()),
-        pa.field("instruction_dimensions", _list_int),
-        pa.field("parameter_number", pa.int64()),
-        pa.field("tuple_index", pa.int64()),
-    ]
-)
+# The row layouts are the warehouse tables (program_id unsigned, as device stats carry it).
+HLO_MODULE_COLUMNS: pa.Schema = TABLES["hlo_modules"]
+HLO_OP_COLUMNS: pa.Schema = TABLES["hlo_ops"]
 
 
 # ---------------------------------------------------------------------------

@@ -248,6 +248,7 @@ def decode_xspace(data: bytes, *, source: str, batch_rows: int = 250_000) -> Ite
     track_id = 0
     end_ps = 0
     profile_times: dict[str, int] = {}
+    producer: str | None = None
 
     for device_id, plane in enumerate(space.planes):
         stats = _StatReader(plane)
@@ -257,6 +258,8 @@ def decode_xspace(data: bytes, *, source: str, batch_rows: int = 250_000) -> Ite
             device_stat_rows.append(stats.row((device_id,), name, kind, value))
             if name is not None:
                 plane_stats[name] = value
+        if isinstance(plane_stats.get("jax_version"), str):  # /host:metadata of JAX profiles
+            producer = f"jax {plane_stats['jax_version']}"
         if plane.name == "Task Environment":
             for key in ("profile_start_time", "profile_stop_time"):
                 value = _to_int64("", plane_stats.get(key))
@@ -359,6 +362,7 @@ def decode_xspace(data: bytes, *, source: str, batch_rows: int = 250_000) -> Ite
         duration_ps=end_ps if has_timed_events else 0,
         n_events=event_id,
         n_devices=len(space.planes),
+        producer=producer,
         errors=list(space.errors),
         warnings=list(space.warnings),
         profile_start_time_ns=profile_times.get("profile_start_time"),

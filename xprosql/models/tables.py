@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import pyarrow as pa
 
-__all__ = ["TABLES", "table_schema", "column_unit", "PARTITION_COLUMN"]
+__all__ = ["TABLES", "table_schema", "column_unit", "tables_markdown", "PARTITION_COLUMN"]
 
 PARTITION_COLUMN = "profile_id"
 
@@ -192,3 +192,25 @@ def column_unit(table: str, column: str) -> str | None:
     meta = field.metadata or {}
     unit = meta.get(b"unit")
     return unit.decode() if unit else None
+
+
+def tables_markdown() -> str:
+    """The table reference as Markdown (``docs/tables.md`` is this text)."""
+    lines = [
+        "# Warehouse tables",
+        "",
+        "Generated from `xprosql/models/tables.py`; a test checks it is current. Regenerate with",
+        "`python -c 'from xprosql.models.tables import tables_markdown as t; print(t(), end=\"\")' > docs/tables.md`.",
+        "Every table is hive-partitioned by `profile_id` (`<table>/profile_id=<id>/part-0.parquet`);",
+        "times are integer picoseconds relative to `profiles.start_ns`.",
+    ]
+    for name, schema in TABLES.items():
+        lines += ["", f"## {name}", "", "| column | type | unit | description |", "|---|---|---|---|"]
+        lines.append("| profile_id | string | | partition key: first 16 hex digits of the file's SHA-256 |")
+        for field in schema:
+            meta = field.metadata or {}
+            type_name = "string (dictionary)" if pa.types.is_dictionary(field.type) else str(field.type)
+            unit = meta.get(b"unit", b"").decode()
+            lines.append(f"| {field.name} | {type_name} | {unit} | {meta.get(b'description', b'').decode()} |")
+    return "\n".join(lines) + "\n"
+

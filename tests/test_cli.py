@@ -1,0 +1,70 @@
+"""The xprosql command line, run as a user would (installed entry point) and in-process."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pyarrow.parquet as pq
+import pytest
+from conftest import GPU_SAMPLE, TPU_SAMPLE
+
+from xprosql.cli import main
+
+
+def test_ingest_sql_tables(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    shutil.copy(TPU_SAMPLE, logs)
+    shutil.copy(GPU_SAMPLE, logs)
+    root = tmp_path / "run"
+    assert main(["ingest", str(logs), "--into", str(root)]) == 0
+    assert "2 ingested, 0 already present, 0 failed" in capsys.readouterr().out
+    assert main(["ingest", str(logs), "--into", str(root)]) == 0
+    assert "0 ingested, 2 already present" in capsys.readouterr().out
+
+    query = "SELECT name, sum(dur_ps) AS total FROM events GROUP BY 1 ORDER BY 2 DESC, 1 LIMIT 5"
+    assert main(["sql", str(root), query, "--format", "json"]) == 0
+    rows = json.loads(capsys.readouterr().out)
+    assert len(rows) == 5 and rows[0]["total"] >= rows[-1]["total"]
+
+    assert main(["sql", str(root), query, "--format", "csv"]) == 0
+    csv_lines = capsys.readouterr().out.strip().splitlines()
+    assert csv_lines[0] == "name,total" and len(csv_lines) == 6
+
+    out = tmp_path / "top.parquet"
+    assert main(["sql", str(root), query, "--format", "parquet", "--out", str(out)]) == 0
+    assert pq.read_table(out).column("name").to_pylist() == [r["name"] for r in rows]
+
+    assert main(["sql", str(root), "SELECT count(*) AS n FROM events WHERE dur_ps > $min", "--param", "min=-1"]) == 0
+    assert "49851" in capsys.readouterr().out  # 26723 TPU + 23128 GPU events, every dur_ps is >= 0
+
+    assert main(["tables", str(root)]) == 0
+    text = capsys.readouterr().out
+    assert "events (49851 rows)" in text
+    assert "dur_ps" in text and "[ps]" in text
+
+
+def test_errors_go_to_stderr_with_nonzero_exit(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    bad = tmp_path / "bad.xplane.pb"
+    bad.write_bytes(b"")
+    assert main(["ingest", str(bad), "--into", str(tmp_path / "run")]) == 1
+    captured = capsys.readouterr()
+    assert f"error: {bad}: empty file" in captured.err
+    assert main(["sql", str(tmp_path / "missing"), "SELECT 1"]) == 2
+    assert "no such warehouse" in capsys.readouterr().err
+    (tmp_path / "run" / "profiles").mkdir(parents=True)
+    assert main(["sql", str(tmp_path / "run"), "SELECT nope FROM events"]) == 2
+    assert "nope" in capsys.readouterr().err
+
+
+def test_demo_runs_from_the_installed_entry_point() -> None:
+    exe = Path(sys.executable).with_name("xprosql")
+    command = [str(exe), "demo"] if exe.exists() else [sys.executable, "-m", "xprosql.cli", "demo"]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert "/device:TPU:3" in done.stdout and "918.0" in done.stdout
+    assert "all-reduce" in done.stdout  # one of the top XLA ops
