@@ -11,26 +11,9 @@ import pytest
 from xprosql.ingest import hlo
 from xprosql.protos import hlo_pb2, xplane_pb2
 
-try:  # tests/ may or may not become a package
-    from tests.jax_profiles import (
-        JAX_STEP_HLO_TEXT,
-        JAX_STEP_MODULE,
-        JAX_STEP_PARAMETER_DIMS,
-        JAX_STEP_RUNS,
-        jax_available,
-        make_jax_cpu_profile,
-    )
-except ImportError:
-    from jax_profiles import (  # type: ignore[no-redef]
-        JAX_STEP_HLO_TEXT,
-        JAX_STEP_MODULE,
-        JAX_STEP_PARAMETER_DIMS,
-        JAX_STEP_RUNS,
-        jax_available,
-        make_jax_cpu_profile,
-    )
+from conftest import TPU_SAMPLE
+from jax_profiles import JAX_STEP_HLO_TEXT, JAX_STEP_MODULE, JAX_STEP_PARAMETER_DIMS, JAX_STEP_RUNS
 
-TPU_SAMPLE = Path("/work/shared/data/xspace/tpu_v6e_inference.xplane.pb")
 U64 = (1 << 64) - 1
 
 
@@ -260,10 +243,8 @@ def test_garbage_bytes_raise_value_error():
 
 
 @pytest.fixture(scope="session")
-def jax_profile(tmp_path_factory) -> Path:
-    if not jax_available():
-        pytest.skip("jax is not importable: cannot generate a JAX CPU profile")
-    return make_jax_cpu_profile(tmp_path_factory.mktemp("jax_cpu_profile"))
+def jax_profile(jax_cpu_profile: Path) -> Path:
+    return jax_cpu_profile
 
 
 @pytest.fixture(scope="session")
