@@ -10,6 +10,7 @@ Example:
 from __future__ import annotations
 
 import argparse
+import signal
 import sys
 import tempfile
 from collections.abc import Sequence
@@ -25,7 +26,7 @@ from xprosql.ingest import ingest
 from xprosql.models.tables import PARTITION_COLUMN, TABLES, column_unit
 from xprosql.run import Result, load
 
-__all__ = ["main"]
+__all__ = ["main", "entry"]
 
 DEMO_PROFILE = "tpu_v6e_inference.xplane.pb"
 
@@ -161,6 +162,7 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    """Run the command line with ``argv``; returns the exit code."""
     args = _parser().parse_args(argv)
     try:
         return args.func(args)
@@ -175,5 +177,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         raise
 
 
-if __name__ == "__main__":
+def entry() -> None:
+    """The ``xprosql`` console script."""
+    if hasattr(signal, "SIGPIPE"):  # `xprosql sql ... | head` ends quietly
+        signal.signal(signal.SIGPIPE, signal.SIG_DFL)
     sys.exit(main())
+
+
+if __name__ == "__main__":
+    entry()

@@ -86,6 +86,7 @@ _PROMOTED_COLUMNS = [
     "category", "flops", "bytes_accessed", "is_async", "device_offset_ps", "device_duration_ps",
 ]
 _PROMOTED_INDEX = {column: i for i, column in enumerate(_PROMOTED_COLUMNS)}
+_HLO_MODULE, _PROGRAM_ID = _PROMOTED_INDEX["hlo_module"], _PROMOTED_INDEX["program_id"]
 _NO_PROMOTED = (None,) * len(_PROMOTED_COLUMNS)
 
 _HLO_TEXT_NAME = re.compile(r"%?([^\s=%]+) = ")
@@ -305,15 +306,7 @@ def decode_xspace(data: bytes, *, source: str, batch_rows: int = 250_000) -> Ite
                                 continue
                         event_stat_rows.append(stats.row((event_id,), stat_name, kind, value))
                     promoted = tuple(promoted_list)
-                if is_module_line and promoted[_PROMOTED_INDEX["program_id"]] is None and name:
-                    match = _MODULE_WITH_PROGRAM_ID.match(name)
-                    if match:
-                        promoted_list = list(promoted)
-                        promoted_list[_PROMOTED_INDEX["hlo_module"]] = promoted_list[0] or match.group(1)
-                        promoted_list[_PROMOTED_INDEX["program_id"]] = int(match.group(2)) & 0xFFFFFFFFFFFFFFFF
-                        promoted = tuple(promoted_list)
-                if promoted[0] is None and promoted[2] is not None and promoted[2] in module_by_program:
-                    promoted = (module_by_program[promoted[2]], *promoted[1:])
+                promoted = _with_module(promoted, name, module_line=is_module_line, modules=module_by_program)
                 if event.WhichOneof("data") == "num_occurrences":
                     start, occurrences = None, event.num_occurrences
                 else:
@@ -369,6 +362,22 @@ def decode_xspace(data: bytes, *, source: str, batch_rows: int = 250_000) -> Ite
         profile_stop_time_ns=profile_times.get("profile_stop_time"),
     )
     yield "profiles", pa.RecordBatch.from_pylist([profile], schema=TABLES["profiles"])
+
+
+def _with_module(promoted: tuple, name: str | None, *, module_line: bool, modules: dict[int, str]) -> tuple:
+    """Fill hlo_module and program_id where the stats leave them out but the profile says them elsewhere."""
+    module, program = promoted[_HLO_MODULE], promoted[_PROGRAM_ID]
+    if module_line and program is None and name:
+        match = _MODULE_WITH_PROGRAM_ID.match(name)  # `XLA Modules` events are named like jit_f(1234)
+        if match:
+            module, program = module or match.group(1), int(match.group(2)) & 0xFFFFFFFFFFFFFFFF
+    if module is None and program is not None:
+        module = modules.get(program)  # TPU op events carry program_id only
+    if module is promoted[_HLO_MODULE] and program is promoted[_PROGRAM_ID]:
+        return promoted
+    values = list(promoted)
+    values[_HLO_MODULE], values[_PROGRAM_ID] = module, program
+    return tuple(values)
 
 
 def _device_row(device_id: int, plane: xplane_pb2.XPlane, stats: dict[str, Any], n_tracks: int, n_events: int) -> tuple:
