@@ -207,14 +207,12 @@ def _hlo_tables(space: xplane_pb2.XSpace, source: str) -> tuple[list[dict], list
                 name, _, value = stats.read(stat)
                 if name == "Hlo Proto" and isinstance(value, bytes):
                     proto_bytes = value
-                elif name == "program_id":
-                    converted = _to_uint64("", value)
-                    if converted is not _NOT_CONVERTIBLE:
-                        program_id = converted
+                elif name == "program_id" and isinstance(value, int):
+                    program_id = value
             if proto_bytes is None:
                 continue
             try:
-                module, module_ops = hlo.parse_hlo_proto(proto_bytes, program_id=program_id & 0xFFFFFFFFFFFFFFFF)
+                module, module_ops = hlo.parse_hlo_proto(proto_bytes, program_id=program_id)
             except ValueError as exc:
                 raise IngestError(source, f"HLO proto of {md.name!r} does not parse: {exc}") from None
             modules.append(module)
