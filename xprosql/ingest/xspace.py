@@ -25,7 +25,7 @@ from xprosql.models import hardware
 from xprosql.models.tables import TABLES
 from xprosql.protos import xplane_pb2
 
-__all__ = ["decode_xspace", "check_xspace_bytes", "PROMOTED_STATS"]
+__all__ = ["decode_xspace", "check_xspace_bytes", "parse_kernel_details", "PROMOTED_STATS"]
 
 _NOT_CONVERTIBLE = object()
 
@@ -87,13 +87,23 @@ _PROMOTED_COLUMNS = [
 ]
 _PROMOTED_INDEX = {column: i for i, column in enumerate(_PROMOTED_COLUMNS)}
 _HLO_MODULE, _PROGRAM_ID = _PROMOTED_INDEX["hlo_module"], _PROMOTED_INDEX["program_id"]
+_CORRELATION_ID = _PROMOTED_INDEX["correlation_id"]
+_LAUNCH_COLUMNS = (
+    "grid_x", "grid_y", "grid_z", "block_x", "block_y", "block_z",
+    "registers_per_thread", "shared_memory_bytes", "occupancy_pct",
+)
+_MEMCPY_SIZE = re.compile(r"(?:^|\s)size:(\d+)")
 _NO_PROMOTED = (None,) * len(_PROMOTED_COLUMNS)
 
 _HLO_TEXT_NAME = re.compile(r"%?([^\s=%]+) = ")
 _MODULE_WITH_PROGRAM_ID = re.compile(r"^(.*)\((\d+)\)$")
 _DEVICE_NAME = re.compile(r"^/device:([A-Za-z_]+):(\d+)")
 
-_STAT_VALUE_FIELDS = ("int_value", "uint_value", "double_value", "str_value", "bytes_value")
+_STREAM_LINE = re.compile(r"^Stream #(\d+)")
+# XSpace names a copy by its line ("Stream #135(MemcpyH2D)") and event ("MemcpyH2D").
+_COPY_KINDS = {"MemcpyH2D": "HtoD", "MemcpyD2H": "DtoH", "MemcpyD2D": "DtoD", "MemcpyP2P": "PtoP", "Memset": "memset"}
+# Event stats the GPU tables read; they stay in event_stats as well.
+_GPU_DETAIL_STATS = frozenset({"kernel_details", "memcpy_details", "tf_op", "annotation"})
 _ROW_SLOT = {"int64": 0, "uint64": 1, "double": 2, "str": 3, "ref": 3, "bytes": 4}
 _ONEOF_TO_TYPE = {
     "double_value": "double", "uint64_value": "uint64", "int64_value": "int64",
@@ -160,11 +170,11 @@ class _StatReader:
         return name, _ONEOF_TO_TYPE[which], value
 
     @staticmethod
-    def row(prefix: tuple, name: str | None, kind: str | None, value: Any) -> tuple:
+    def row(prefix: tuple, name: str | None, value_type: str | None, value: Any) -> tuple:
         values: list[Any] = [None] * 5
-        if kind is not None:
-            values[_ROW_SLOT[kind]] = value
-        return (*prefix, name, kind, *values)
+        if value_type is not None:
+            values[_ROW_SLOT[value_type]] = value
+        return (*prefix, name, value_type, *values)
 
 
 def _batch(table: str, rows: list[tuple]) -> pa.RecordBatch:
@@ -177,6 +187,38 @@ def _batch(table: str, rows: list[tuple]) -> pa.RecordBatch:
         else:
             arrays.append(pa.array(values, field.type))
     return pa.RecordBatch.from_arrays(arrays, schema=schema)
+
+
+def parse_kernel_details(text: str) -> dict[str, Any]:
+    """``regs:38 shm:0 grid:160,1,1 block:1024,1,1`` (and newer static_shm/dynamic_shm/occ_pct) as columns."""
+    fields: dict[str, str] = {}
+    for token in text.split():
+        key, sep, value = token.partition(":")
+        if sep:
+            fields[key] = value
+    out: dict[str, Any] = {}
+    for key in ("grid", "block"):
+        parts = fields.get(key, "").split(",")
+        if len(parts) == 3 and all(p.isdigit() for p in parts):
+            out[f"{key}_x"], out[f"{key}_y"], out[f"{key}_z"] = (int(p) for p in parts)
+    if fields.get("regs", "").isdigit():
+        out["registers_per_thread"] = int(fields["regs"])
+    shared = [fields[k] for k in ("shm", "static_shm", "dynamic_shm") if fields.get(k, "").isdigit()]
+    if shared:
+        out["shared_memory_bytes"] = sum(int(v) for v in shared)
+    try:
+        out["occupancy_pct"] = float(fields["occ_pct"])
+    except (KeyError, ValueError):
+        pass
+    return out
+
+
+def _copy_kind(event_name: str | None, line_name: str) -> str | None:
+    for text in (event_name or "", line_name[line_name.find("(") + 1 : -1]):
+        for prefix, kind in _COPY_KINDS.items():
+            if text.startswith(prefix):
+                return kind
+    return None
 
 
 def _start_ns(space: xplane_pb2.XSpace) -> tuple[int, bool]:
@@ -243,6 +285,9 @@ def decode_xspace(data: bytes, *, source: str, batch_rows: int = 250_000) -> Ite
     metadata_stat_rows: list[tuple] = []
     event_rows: list[tuple] = []
     event_stat_rows: list[tuple] = []
+    kernel_rows: list[tuple] = []
+    memcpy_rows: list[tuple] = []
+    api_rows: list[tuple] = []
     event_id = 0
     track_id = 0
     end_ps = 0
@@ -253,8 +298,8 @@ def decode_xspace(data: bytes, *, source: str, batch_rows: int = 250_000) -> Ite
         stats = _StatReader(plane)
         plane_stats: dict[str, Any] = {}
         for stat in plane.stats:
-            name, kind, value = stats.read(stat)
-            device_stat_rows.append(stats.row((device_id,), name, kind, value))
+            name, value_type, value = stats.read(stat)
+            device_stat_rows.append(stats.row((device_id,), name, value_type, value))
             if name is not None:
                 plane_stats[name] = value
         if isinstance(plane_stats.get("jax_version"), str):  # /host:metadata of JAX profiles
@@ -271,11 +316,11 @@ def decode_xspace(data: bytes, *, source: str, batch_rows: int = 250_000) -> Ite
         for metadata_id, md in plane.event_metadata.items():
             promoted: list[Any] = list(_NO_PROMOTED)
             for stat in md.stats:
-                name, kind, value = stats.read(stat)
-                metadata_stat_rows.append(stats.row((device_id, metadata_id), name, kind, value))
+                name, value_type, value = stats.read(stat)
+                metadata_stat_rows.append(stats.row((device_id, metadata_id), name, value_type, value))
                 target = PROMOTED_STATS.get(name) if name else None
                 if target is not None:
-                    converted = target[1](kind, value)
+                    converted = target[1](value_type, value)
                     if converted is not _NOT_CONVERTIBLE:
                         promoted[_PROMOTED_INDEX[target[0]]] = converted
             if promoted[_PROMOTED_INDEX["hlo_op"]] is None and md.name.startswith("%"):
@@ -285,24 +330,30 @@ def decode_xspace(data: bytes, *, source: str, batch_rows: int = 250_000) -> Ite
             defaults[metadata_id] = (md.name, md.display_name, tuple(promoted))
 
         plane_events = 0
+        device_kind = _device_kind(plane.name)[0]
         for line in plane.lines:
             base_ps = (line.timestamp_ns - start_ns) * 1000
             is_module_line = line.name == "XLA Modules"
+            stream = _STREAM_LINE.match(line.name) if device_kind == "gpu" else None
+            stream_id = int(stream.group(1)) if stream else None
             for event in line.events:
+                details: dict[str, Any] = {}
                 metadata_id = event.metadata_id
                 name, display_name, promoted = defaults.get(metadata_id, (None, None, _NO_PROMOTED))
                 metadata_uses[metadata_id] = metadata_uses.get(metadata_id, 0) + 1
                 if event.stats:
                     promoted_list = list(promoted)
                     for stat in event.stats:
-                        stat_name, kind, value = stats.read(stat)
+                        stat_name, value_type, value = stats.read(stat)
+                        if stat_name in _GPU_DETAIL_STATS:
+                            details[stat_name] = value
                         target = PROMOTED_STATS.get(stat_name) if stat_name else None
                         if target is not None:
-                            converted = target[1](kind, value)
+                            converted = target[1](value_type, value)
                             if converted is not _NOT_CONVERTIBLE:
                                 promoted_list[_PROMOTED_INDEX[target[0]]] = converted
                                 continue
-                        event_stat_rows.append(stats.row((event_id,), stat_name, kind, value))
+                        event_stat_rows.append(stats.row((event_id,), stat_name, value_type, value))
                     promoted = tuple(promoted_list)
                 promoted = _with_module(promoted, name, module_line=is_module_line, modules=module_by_program)
                 if event.WhichOneof("data") == "num_occurrences":
@@ -314,6 +365,28 @@ def decode_xspace(data: bytes, *, source: str, batch_rows: int = 250_000) -> Ite
                     (event_id, device_id, track_id, metadata_id, name, display_name,
                      start, event.duration_ps, occurrences, *promoted)
                 )
+                correlation_id = promoted[_CORRELATION_ID]
+                if stream_id is not None:
+                    copy_kind = _copy_kind(name, line.name)
+                    if copy_kind is not None or "memcpy_details" in details:
+                        size = _MEMCPY_SIZE.search(str(details.get("memcpy_details", "")))
+                        memcpy_rows.append(
+                            (event_id, device_id, track_id, stream_id, copy_kind, int(size.group(1)) if size else None,
+                             start, event.duration_ps, correlation_id, None, None)
+                        )
+                    else:
+                        launch = parse_kernel_details(str(details.get("kernel_details", "")))
+                        kernel_rows.append(
+                            (event_id, device_id, track_id, stream_id, name, start, event.duration_ps, correlation_id,
+                             *(launch.get(column) for column in _LAUNCH_COLUMNS),
+                             promoted[_HLO_MODULE], promoted[_PROMOTED_INDEX["hlo_op"]],
+                             details.get("tf_op") or details.get("annotation"))
+                        )
+                elif device_kind == "host" and correlation_id is not None:
+                    api_rows.append(
+                        (event_id, device_id, track_id, line.name, "launch", name, start, event.duration_ps,
+                         correlation_id)
+                    )
                 event_id += 1
                 if len(event_rows) >= batch_rows:
                     yield "events", _batch("events", event_rows)
@@ -323,7 +396,7 @@ def decode_xspace(data: bytes, *, source: str, batch_rows: int = 250_000) -> Ite
                     event_stat_rows = []
             track_rows.append(
                 (device_id, track_id, line.id, line.display_id, line.name, line.display_name,
-                 line.timestamp_ns, line.duration_ps, len(line.events))
+                 line.timestamp_ns, line.duration_ps, len(line.events), None, stream_id)
             )
             plane_events += len(line.events)
             track_id += 1
@@ -342,6 +415,9 @@ def decode_xspace(data: bytes, *, source: str, batch_rows: int = 250_000) -> Ite
     yield "devices", _batch("devices", device_rows)
     yield "device_stats", _batch("device_stats", device_stat_rows)
     yield "tracks", _batch("tracks", track_rows)
+    yield "kernels", _batch("kernels", kernel_rows)
+    yield "memcpys", _batch("memcpys", memcpy_rows)
+    yield "api_calls", _batch("api_calls", api_rows)
     yield "event_metadata", _batch("event_metadata", metadata_rows)
     yield "metadata_stats", _batch("metadata_stats", metadata_stat_rows)
 
@@ -353,6 +429,8 @@ def decode_xspace(data: bytes, *, source: str, batch_rows: int = 250_000) -> Ite
         duration_ps=end_ps if has_timed_events else 0,
         n_events=event_id,
         n_devices=len(space.planes),
+        dropped_events=0,
+        drop_reasons=[],
         producer=producer,
         errors=list(space.errors),
         warnings=list(space.warnings),
