@@ -64,7 +64,9 @@ def test_directory_without_profiles(tmp_path: Path) -> None:
     (tmp_path / "logs").mkdir()
     (tmp_path / "logs" / "notes.txt").write_text("nothing here")
     report = xprosql.ingest(tmp_path / "logs", into=tmp_path / "run")
-    assert report.failed == [(str(tmp_path / "logs"), "no profiles found (no *.xplane.pb files below this directory)")]
+    assert report.failed == [
+        (str(tmp_path / "logs"), "no profiles found (no *.xplane.pb, *.json or *.json.gz files below this directory)")
+    ]
     assert not (tmp_path / "run").exists()
 
 

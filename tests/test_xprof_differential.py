@@ -9,6 +9,7 @@ plane-level stat and the GPU file's own group_id stats; we keep all of them.
 from __future__ import annotations
 
 import importlib.util
+import json
 import re
 import shutil
 import subprocess
@@ -18,7 +19,7 @@ from pathlib import Path
 
 import pyarrow.parquet as pq
 import pytest
-from conftest import XSPACE_SAMPLES
+from conftest import GPU_SAMPLE, XSPACE_SAMPLES
 
 import xprosql
 from xprosql.ingest import profile_id_of
@@ -99,3 +100,38 @@ def test_every_xprof_event_is_ours(xprof_rows: tuple[Path, list[dict]], xspace_w
     # What we keep beyond XProf is whole lines it leaves out, not stray events.
     extra_lines = Counter(row[9] for row in ours if our_keys[key(*row[:5])] > their_keys[key(*row[:5])])
     assert set(extra_lines) <= {"Async XLA Ops", "XLA TraceMe", "TensorFlow Ops", "TensorFlow Name Scope", "Steps"}
+
+
+_TOOL = (
+    "import sys\n"
+    "from xprof.convert.raw_to_tool_data import xspace_to_tool_data\n"
+    "data, _ = xspace_to_tool_data([sys.argv[1]], sys.argv[2], {'use_saved_result': False})\n"
+    "sys.stdout.write(data.decode() if isinstance(data, bytes) else data)\n"
+)
+
+
+def xprof_tool(sample: Path, tool: str, work: Path) -> list[dict]:
+    """Rows of an XProf tool's DataTable output, run on a copy (the tools write caches beside their input)."""
+    copy = work / sample.name
+    shutil.copy(sample, copy)
+    done = subprocess.run([sys.executable, "-c", _TOOL, str(copy), tool], check=True, capture_output=True, timeout=300)
+    table = json.loads(done.stdout)
+    labels = [c["id"] for c in table["cols"]]
+    return [dict(zip(labels, (cell["v"] if cell else None for cell in row["c"]))) for row in table["rows"]]
+
+
+def test_gpu_kernels_match_xprof_kernel_stats(xspace_warehouse: Path, tmp_path: Path) -> None:
+    rows = xprof_tool(GPU_SAMPLE, "kernel_stats", tmp_path)
+    theirs: dict[str, list[float]] = {}
+    for row in rows:  # XProf groups by (name, launch configuration), over all devices
+        count, total = theirs.setdefault(row["kernel_name"], [0, 0.0])
+        theirs[row["kernel_name"]] = [count + row["occurrences"], total + row["total_duration_us"]]
+    ours = xprosql.load(xspace_warehouse).sql(
+        "SELECT name, count(*), sum(dur_ps) / 1e6 FROM kernels WHERE profile_id = $p GROUP BY 1",
+        {"p": profile_id_of(GPU_SAMPLE.read_bytes())},
+    ).rows()
+    assert {name for name, _, _ in ours} == set(theirs)
+    for name, count, total_us in ours:
+        assert count == theirs[name][0]
+        assert total_us == pytest.approx(theirs[name][1], rel=1e-3)
+    assert sum(c for _, c, _ in ours) == 1330

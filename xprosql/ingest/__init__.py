@@ -22,6 +22,7 @@ from pathlib import Path
 import pyarrow as pa
 
 from xprosql.errors import IngestError
+from xprosql.ingest.kineto import decode_kineto
 from xprosql.ingest.xspace import decode_xspace
 from xprosql.models.tables import TABLES
 from xprosql.warehouse import Warehouse
@@ -29,6 +30,9 @@ from xprosql.warehouse import Warehouse
 __all__ = ["ingest", "IngestReport", "ProfileIngested", "find_profiles", "profile_id_of"]
 
 XSPACE_SUFFIX = ".xplane.pb"
+JSON_SUFFIXES = (".json", ".json.gz")
+# XProf writes <host>.trace.json.gz beside <host>.xplane.pb: a lossy view of the same profile.
+_DERIVED_TRACE_SUFFIX = ".trace.json.gz"
 
 
 @dataclass(frozen=True)
@@ -69,22 +73,52 @@ def profile_id_of(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()[:16]
 
 
+def _is_profile_file(path: Path) -> bool:
+    name = path.name
+    if name.endswith(XSPACE_SUFFIX):
+        return True
+    if not name.endswith(JSON_SUFFIXES):
+        return False
+    if name.endswith(_DERIVED_TRACE_SUFFIX):
+        sibling = path.with_name(name[: -len(_DERIVED_TRACE_SUFFIX)] + XSPACE_SUFFIX)
+        return not sibling.exists()
+    return True
+
+
 def find_profiles(source: str | os.PathLike[str]) -> list[Path]:
-    """Profile files under ``source``: the file itself, or every ``*.xplane.pb`` below a directory."""
+    """Profile files under ``source``: the file itself, or every profile below a directory.
+
+    A directory yields its ``*.xplane.pb`` (XSpace) and ``*.json`` / ``*.json.gz``
+    (Kineto) files, except the ``<host>.trace.json.gz`` XProf derives from a
+    ``<host>.xplane.pb`` beside it.
+    """
     path = Path(source)
     if path.is_dir():
-        found = sorted(p for p in path.rglob(f"*{XSPACE_SUFFIX}") if p.is_file())
+        found = sorted(p for p in path.rglob("*") if p.is_file() and _is_profile_file(p))
         if not found:
-            raise IngestError(path, f"no profiles found (no *{XSPACE_SUFFIX} files below this directory)")
+            raise IngestError(path, "no profiles found (no *.xplane.pb, *.json or *.json.gz files below this directory)")
         return found
     if not path.exists():
         raise IngestError(path, "no such file or directory")
     return [path]
 
 
+def _decoder(path: Path, data: bytes):
+    """XSpace by name; JSON (plain or gzipped) by name or content; else XSpace, whose errors say what it is."""
+    if path.name.endswith(XSPACE_SUFFIX):
+        return decode_xspace
+    if path.name.endswith(JSON_SUFFIXES) or data[:2] == b"\x1f\x8b" or data.lstrip()[:1] in (b"{", b"["):
+        return decode_kineto
+    return decode_xspace
+
+
 def _run_and_host(path: Path) -> tuple[str | None, str]:
     """jax.profiler.trace writes <logdir>/plugins/profile/<run>/<host>.xplane.pb."""
-    host = path.name[: -len(XSPACE_SUFFIX)] if path.name.endswith(XSPACE_SUFFIX) else path.stem
+    host = path.name
+    for suffix in (XSPACE_SUFFIX, *JSON_SUFFIXES[::-1]):
+        if host.endswith(suffix):
+            host = host[: -len(suffix)]
+            break
     parts = path.parts
     run = parts[-2] if len(parts) >= 4 and parts[-4:-2] == ("plugins", "profile") else None
     return run, host
@@ -102,13 +136,13 @@ def _ingest_one(path: Path, warehouse: Warehouse, report: IngestReport) -> None:
     run, host = _run_and_host(path)
     with warehouse.stage(profile_id) as staged:
         try:
-            for table, batch in decode_xspace(data, source=str(path)):
+            for table, batch in _decoder(path, data)(data, source=str(path)):
                 if table == "profiles":
                     batch = _complete_profile_row(batch, path=path, data=data, run=run, host=host)
                 staged.write(table, batch)
-        except (OverflowError, ValueError, pa.ArrowException) as exc:
-            # A protobuf that parses but holds impossible values (times past int64 ps, ...).
-            raise IngestError(path, f"corrupt XSpace content: {type(exc).__name__}: {exc}") from None
+        except (OverflowError, ValueError, TypeError, KeyError, pa.ArrowException) as exc:
+            # A file that parses but holds impossible values (times past int64 ps, ...).
+            raise IngestError(path, f"corrupt content: {type(exc).__name__}: {exc}") from None
         written = warehouse.commit(staged)
     result = ProfileIngested(str(path), profile_id, {t: n for t, n in staged.rows.items()})
     (report.ingested if written else report.skipped).append(result)

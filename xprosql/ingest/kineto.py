@@ -1,0 +1,353 @@
+"""PyTorch profiler (Kineto) trace JSON decoder: one trace in, warehouse record batches out.
+
+Kineto traces hold CUPTI (or ROCm) activity records as Chrome trace events:
+``ph`` X slices (``cat`` cpu_op, cuda_runtime, kernel, gpu_memcpy, ...), ``i``
+instants, ``s``/``f`` flows and ``M`` metadata naming processes and threads.
+Processes become ``devices`` (a GPU's pid is its device index), (pid, tid)
+pairs ``tracks``, slices and instants ``events``; the GPU activity also fills
+``kernels``, ``memcpys``, ``api_calls`` and ``counters``.
+
+Example:
+    >>> for table, batch in decode_kineto(open("rank0.json.gz", "rb").read(), source="rank0.json.gz"):  # doctest: +SKIP
+    ...     print(table, batch.num_rows)
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import re
+import zlib
+from collections import Counter
+from collections.abc import Iterator
+from typing import Any
+
+import pyarrow as pa
+
+from xprosql.errors import IngestError
+from xprosql.models import hardware
+from xprosql.models.tables import TABLES
+
+__all__ = ["decode_kineto", "load_trace", "GPU_CATEGORIES"]
+
+# Categories whose pid is a GPU (Kineto writes device activity with pid = device index).
+GPU_CATEGORIES = frozenset({"kernel", "gpu_memcpy", "gpu_memset", "gpu_user_annotation", "cuda_sync"})
+_API_CATEGORIES = {"cuda_runtime": "runtime", "cuda_driver": "driver"}
+_COPY_NAME = re.compile(r"^Mem(cpy|set)\s*(\w+)?\s*(?:\((\w+)(?:\s*->\s*(\w+))?\))?")
+_PROMOTED_ARGS = {"correlation": "correlation_id"}
+_INT64_MAX = 2**63 - 1
+
+
+def load_trace(data: bytes, source: str) -> dict[str, Any]:
+    """Decompress (if gzipped) and parse a trace, or raise :class:`IngestError` saying what is wrong."""
+    if not data:
+        raise IngestError(source, "empty file (0 bytes)")
+    if data[:2] == b"\x1f\x8b":
+        try:
+            data = gzip.decompress(data)
+        except (EOFError, OSError, zlib.error) as exc:
+            raise IngestError(source, f"truncated or corrupt gzip: {exc}") from None
+    try:
+        trace = json.loads(data)
+    except UnicodeDecodeError:
+        raise IngestError(source, "not a JSON trace (binary data)") from None
+    except json.JSONDecodeError as exc:
+        raise IngestError(source, f"invalid JSON (truncated or corrupt) at line {exc.lineno} column {exc.colno}: {exc.msg}") from None
+    if isinstance(trace, list):  # the Chrome trace array form
+        trace = {"traceEvents": trace}
+    if not isinstance(trace, dict) or not isinstance(trace.get("traceEvents"), list):
+        raise IngestError(source, "JSON without a traceEvents list: not a PyTorch/Kineto trace")
+    if not trace["traceEvents"]:
+        raise IngestError(source, "trace has no events (empty traceEvents)")
+    return trace
+
+
+def _batch(table: str, rows: list[tuple]) -> pa.RecordBatch:
+    schema = TABLES[table]
+    columns = list(zip(*rows)) if rows else [()] * len(schema)
+    arrays = []
+    for field, values in zip(schema, columns):
+        if pa.types.is_dictionary(field.type):
+            arrays.append(pa.array(values, pa.string()).dictionary_encode())
+        else:
+            arrays.append(pa.array(values, field.type))
+    return pa.RecordBatch.from_arrays(arrays, schema=schema)
+
+
+def _stat_row(prefix: tuple, name: str, value: Any) -> tuple:
+    """A long-form stat row: (*prefix, stat, value_type, int, uint, double, str, bytes)."""
+    if isinstance(value, bool):
+        return (*prefix, name, "int64", int(value), None, None, None, None)
+    if isinstance(value, int):
+        if value > _INT64_MAX:
+            return (*prefix, name, "uint64", None, value if value < 2**64 else None, None,
+                    None if value < 2**64 else str(value), None)
+        if value < -(2**63):
+            return (*prefix, name, "str", None, None, None, str(value), None)
+        return (*prefix, name, "int64", value, None, None, None, None)
+    if isinstance(value, float):
+        return (*prefix, name, "double", None, None, value, None, None)
+    if isinstance(value, str):
+        return (*prefix, name, "str", None, None, None, value, None)
+    return (*prefix, name, "json", None, None, None, json.dumps(value), None)
+
+
+def _int(value: Any) -> int | None:
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int):
+        return value
+    if isinstance(value, str) and value.lstrip("-").isdigit():
+        return int(value)
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    return None
+
+
+def _triple(value: Any) -> tuple[int | None, int | None, int | None]:
+    if isinstance(value, list) and len(value) == 3 and all(_int(v) is not None for v in value):
+        return _int(value[0]), _int(value[1]), _int(value[2])
+    return None, None, None
+
+
+class _Clock:
+    """Kineto µs floats to integer ns: relative to baseTimeNanoseconds (new) or absolute (old)."""
+
+    def __init__(self, base_ns: int) -> None:
+        self.base_ns = base_ns
+
+    def ns(self, ts: float) -> int:
+        return round(ts * 1000) + self.base_ns
+
+
+def decode_kineto(data: bytes, *, source: str) -> Iterator[tuple[str, pa.RecordBatch]]:
+    """Decode one Kineto trace into warehouse record batches; the ``profiles`` row comes last.
+
+    Single malformed events are skipped and counted in ``profiles.drop_reasons``;
+    a file that is not a trace raises :class:`IngestError` naming ``source``.
+    """
+    trace = load_trace(data, source)
+    events = trace["traceEvents"]
+    base = _int(trace.get("baseTimeNanoseconds")) or 0
+    clock = _Clock(base)
+    dropped: Counter[str] = Counter()
+
+    # Pass 1: what each pid and (pid, tid) is, and the time origin.
+    gpu_pids: set[Any] = set()
+    process_meta: dict[Any, list[tuple[str, Any]]] = {}
+    thread_names: dict[tuple[Any, Any], str] = {}
+    thread_sort: dict[tuple[Any, Any], int] = {}
+    track_order: dict[tuple[Any, Any], None] = {}
+    start_ns: int | None = None
+    for event in events:
+        if not isinstance(event, dict):
+            continue
+        ph, pid, tid = event.get("ph"), event.get("pid"), event.get("tid")
+        if ph == "M":
+            args = event.get("args") if isinstance(event.get("args"), dict) else {}
+            name = event.get("name")
+            if name == "thread_name" and "name" in args:
+                thread_names[(pid, tid)] = str(args["name"])
+            elif name == "thread_sort_index" and _int(args.get("sort_index")) is not None:
+                thread_sort[(pid, tid)] = _int(args["sort_index"])
+            else:
+                process_meta.setdefault(pid, []).extend((str(name), value) for value in args.values())
+            continue
+        if ph in ("s", "t", "f"):
+            track_order.setdefault((pid, tid), None)
+        if ph not in ("X", "i", "I") or not isinstance(event.get("ts"), (int, float)):
+            continue
+        if event.get("cat") in GPU_CATEGORIES:
+            gpu_pids.add(pid)
+        track_order.setdefault((pid, tid), None)
+        ts_ns = clock.ns(event["ts"])
+        start_ns = ts_ns if start_ns is None else min(start_ns, ts_ns)
+    if start_ns is None:
+        raise IngestError(source, "trace has no timed events (no X or i event with a numeric ts)")
+
+    # Devices: every GPU the trace mentions, then host processes, then other pids ("Spans", ...).
+    properties = {p.get("id"): p for p in trace.get("deviceProperties") or [] if isinstance(p, dict)}
+    gpu_ids = sorted({p for p in gpu_pids if isinstance(p, int)} | {i for i in properties if isinstance(i, int)})
+    pids: list[Any] = list(gpu_ids)
+    for pid in [key[0] for key in track_order] + list(process_meta):
+        if pid not in pids:
+            pids.append(pid)
+    device_of = {pid: device_id for device_id, pid in enumerate(pids)}
+    device_rows, device_stat_rows = [], []
+    for device_id, pid in enumerate(pids):
+        device_rows.append(_device_row(device_id, pid, is_gpu=pid in gpu_ids, props=properties.get(pid)))
+        for name, value in process_meta.get(pid, []):
+            device_stat_rows.append(_stat_row((device_id,), name, value))
+        for name, value in (properties.get(pid) or {}).items():
+            device_stat_rows.append(_stat_row((device_id,), f"deviceProperties.{name}", value))
+
+    track_of: dict[tuple[Any, Any], int] = {}
+    track_rows: list[tuple] = []
+    track_counts: Counter[int] = Counter()
+    for key in list(track_order) + [k for k in thread_names if k not in track_order]:
+        pid, tid = key
+        track_id = len(track_rows)
+        track_of[key] = track_id
+        is_gpu = pid in gpu_ids
+        stream_id = _int(tid) if is_gpu else None
+        name = thread_names.get(key) or (f"Stream #{tid}" if stream_id is not None else str(tid))
+        track_rows.append([device_of[pid], track_id, _int(tid), None, name, None, None, None, 0,
+                           thread_sort.get(key), stream_id])
+
+    # Pass 2: events and what derives from them.
+    event_rows, stat_rows, flow_rows = [], [], []
+    kernel_rows, memcpy_rows, api_rows, counter_rows = [], [], [], []
+    framework_ops: dict[int, tuple[int, str]] = {}  # External id -> (dur, cpu_op name): the innermost wins
+    pending_kernels: list[tuple[int, list]] = []
+    n_ranges = 0
+    end_ps = 0
+    for event in events:
+        if not isinstance(event, dict):
+            dropped["non-object entries in traceEvents"] += 1
+            continue
+        ph = event.get("ph")
+        if ph == "M":
+            continue  # folded into devices, device_stats and tracks above
+        if ph in ("s", "t", "f"):
+            flow = _int(event.get("id"))
+            key = (event.get("pid"), event.get("tid"))
+            if flow is None or not isinstance(event.get("ts"), (int, float)) or key not in track_of:
+                dropped[f"{ph} flow events without id, ts or a known thread"] += 1
+                continue
+            flow_rows.append((flow, event.get("cat"), ph, track_of[key],
+                              (clock.ns(event["ts"]) - start_ns) * 1000, event.get("bp")))
+            continue
+        if ph not in ("X", "i", "I"):
+            dropped[f"events of phase {ph!r} (not X, i, s, t, f or M)"] += 1
+            continue
+        ts = event.get("ts")
+        if not isinstance(ts, (int, float)):
+            dropped[f"{ph} events without a numeric ts"] += 1
+            continue
+        dur = event.get("dur", 0) if ph == "X" else 0
+        if not isinstance(dur, (int, float)) or dur < 0:
+            dropped["X events without a numeric, non-negative dur"] += 1
+            continue
+        event_id = len(event_rows)
+        key = (event.get("pid"), event.get("tid"))
+        device_id, track_id = device_of[key[0]], track_of[key]
+        track_counts[track_id] += 1
+        start = (clock.ns(ts) - start_ns) * 1000
+        dur_ps = round(dur * 1_000_000)
+        end_ps = max(end_ps, start + dur_ps)
+        category, name = event.get("cat"), event.get("name")
+        name = None if name is None else str(name)
+        args = event.get("args") if isinstance(event.get("args"), dict) else {}
+        correlation = _int(args.get("correlation"))
+        event_rows.append((event_id, device_id, track_id, None, name, None, start, dur_ps, None,
+                           None, None, None, None, None, correlation, category, None, None, None, None, None))
+        for arg, value in args.items():
+            if arg in _PROMOTED_ARGS and _int(value) is not None:
+                continue
+            stat_rows.append(_stat_row((event_id,), arg, value))
+        if ph != "X":
+            stat_rows.append(_stat_row((event_id,), "ph", ph))
+
+        external = _int(args.get("External id"))
+        stream = _int(args.get("stream"))
+        if stream is None:
+            stream = track_rows[track_id][10]
+        if category == "cpu_op" and external is not None and name is not None:
+            if external not in framework_ops or dur_ps < framework_ops[external][0]:
+                framework_ops[external] = (dur_ps, name)
+        elif category == "kernel":
+            row = [event_id, device_id, track_id, stream, name, start, dur_ps, correlation,
+                   *_triple(args.get("grid")), *_triple(args.get("block")),
+                   _int(args.get("registers per thread")), _int(args.get("shared memory")),
+                   _float(args.get("est. achieved occupancy %")), None, None, None]
+            kernel_rows.append(row)
+            if external is not None:
+                pending_kernels.append((external, row))
+        elif category in ("gpu_memcpy", "gpu_memset"):
+            kind, src, dst = _copy_kind(name or "", args, is_memset=category == "gpu_memset")
+            memcpy_rows.append((event_id, device_id, track_id, stream, kind, _int(args.get("bytes")),
+                                start, dur_ps, correlation, src, dst))
+        elif category in _API_CATEGORIES:
+            api_rows.append((event_id, device_id, track_id, track_rows[track_id][4], _API_CATEGORIES[category],
+                             name, start, dur_ps, correlation))
+        elif category == "cuda_profiler_range":
+            for counter, value in args.items():
+                unsigned = value if isinstance(value, int) and not isinstance(value, bool) and 0 <= value < 2**64 else None
+                counter_rows.append((event_id, device_id, name, n_ranges, None, counter, None, None,
+                                     unsigned, _float(value), start, start + dur_ps))
+            n_ranges += 1
+
+    for external, row in pending_kernels:
+        if external in framework_ops:
+            row[-1] = framework_ops[external][1]
+    for track_id, count in track_counts.items():
+        track_rows[track_id][8] = count
+
+    yield "events", _batch("events", event_rows)
+    yield "event_stats", _batch("event_stats", stat_rows)
+    for row in device_rows:  # n_tracks, n_events
+        row[13] = sum(1 for track in track_rows if track[0] == row[0])
+        row[14] = sum(track[8] for track in track_rows if track[0] == row[0])
+    yield "devices", _batch("devices", [tuple(row) for row in device_rows])
+    yield "device_stats", _batch("device_stats", device_stat_rows)
+    yield "tracks", _batch("tracks", [tuple(row) for row in track_rows])
+    yield "kernels", _batch("kernels", [tuple(row) for row in kernel_rows])
+    yield "memcpys", _batch("memcpys", memcpy_rows)
+    yield "api_calls", _batch("api_calls", api_rows)
+    yield "counters", _batch("counters", counter_rows)
+    yield "flows", _batch("flows", flow_rows)
+
+    distributed = trace.get("distributedInfo") if isinstance(trace.get("distributedInfo"), dict) else {}
+    profile = {name: None for name in TABLES["profiles"].names}
+    profile.update(
+        format="kineto",
+        start_ns=start_ns,
+        duration_ps=end_ps,
+        n_events=len(event_rows),
+        n_devices=len(device_rows),
+        rank=_int(distributed.get("rank")),
+        world_size=_int(distributed.get("world_size")),
+        trace_metadata=json.dumps({k: v for k, v in trace.items() if k != "traceEvents"}),
+        dropped_events=sum(dropped.values()),
+        drop_reasons=[f"{n} {reason}" for reason, n in sorted(dropped.items())],
+        errors=[],
+        warnings=[],
+    )
+    yield "profiles", pa.RecordBatch.from_pylist([profile], schema=TABLES["profiles"])
+
+
+def _float(value: Any) -> float | None:
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, (int, float)):
+        return float(value)
+    return None
+
+
+def _copy_kind(name: str, args: dict[str, Any], *, is_memset: bool) -> tuple[str | None, str | None, str | None]:
+    """``Memcpy HtoD (Pageable -> Device)`` -> (HtoD, Pageable, Device); ``Memset (Device)`` -> (memset, None, Device)."""
+    match = _COPY_NAME.match(name)
+    if is_memset:
+        return "memset", None, match.group(3) if match else None
+    if match is None:
+        return (str(args["kind"]) if isinstance(args.get("kind"), str) else None), None, None
+    return match.group(2), match.group(3), match.group(4)
+
+
+def _device_row(device_id: int, pid: Any, *, is_gpu: bool, props: dict[str, Any] | None) -> list:
+    props = props or {}
+    if is_gpu:
+        major, minor = _int(props.get("computeMajor")), _int(props.get("computeMinor"))
+        sms, memory = _int(props.get("numSms")), _int(props.get("totalGlobalMem"))
+        capability = f"{major}.{minor}" if major is not None and minor is not None else None
+        model = props.get("name") if isinstance(props.get("name"), str) else None
+        if model is None and capability:
+            model = hardware.gpu_model(compute_capability=(major, minor), sm_count=sms, memory_bytes=memory)
+        return [device_id, pid, f"/device:GPU:{pid}", "gpu", pid, model, None, None, None,
+                sms, None, memory, capability, 0, 0]
+    kind = "host" if isinstance(pid, int) else "other"
+    name = "/host:CPU" if kind == "host" else str(pid)
+    return [device_id, pid if isinstance(pid, int) else None, name, kind, None, None, None, None, None,
+            None, None, None, None, 0, 0]
+
+
