@@ -127,6 +127,38 @@ def _cmd_demo(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_record(args: argparse.Namespace) -> int:
+    import runpy
+
+    from xprosql import cupti
+
+    command = [c for c in args.command if c != "--"] if args.command[:1] == ["--"] else list(args.command)
+    if command and Path(command[0]).name.startswith("python"):
+        command = command[1:]
+    if not command:
+        raise XprosqlError("record wants a Python program: xprosql record --into DIR -- python train.py [ARGS]")
+    raw_dir = Path(args.raw_dir) if args.raw_dir else Path(args.into) / "recordings"
+    saved_argv = sys.argv
+    exit_code = 0
+    with cupti.record(raw_dir) as recording:
+        try:
+            if command[0] == "-m" and len(command) > 1:
+                sys.argv = command[1:]
+                runpy.run_module(command[1], run_name="__main__", alter_sys=True)
+            else:
+                sys.argv = command
+                runpy.run_path(command[0], run_name="__main__")
+        except SystemExit as exc:  # the program's own exit ends the recording, not xprosql
+            exit_code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
+        finally:
+            sys.argv = saved_argv
+    print(f"recorded {recording.path}: " + ", ".join(f"{n} {cat}" for cat, n in sorted(recording.counts.items())))
+    report = ingest(recording.path, into=args.into)
+    for path, reason in report.failed:
+        print(f"error: {path}: {reason}", file=sys.stderr)
+    return exit_code or (0 if report.ok else 1)
+
+
 def _analysis_text(name: str) -> str:
     from xprosql.queries import analysis_sql
 
@@ -155,6 +187,12 @@ def _parser() -> argparse.ArgumentParser:
     p = commands.add_parser("tables", help="list tables, their columns with units, and row counts")
     p.add_argument("dir", help="warehouse directory")
     p.set_defaults(func=_cmd_tables)
+
+    p = commands.add_parser("record", help="record CUDA activity of a Python program with CUPTI and ingest it")
+    p.add_argument("--into", required=True, help="warehouse directory to ingest the recording into")
+    p.add_argument("--raw-dir", help="where the raw recording goes (default: DIR/recordings)")
+    p.add_argument("command", nargs=argparse.REMAINDER, help="-- python train.py [ARGS]")
+    p.set_defaults(func=_cmd_record)
 
     p = commands.add_parser("demo", help="ingest the bundled TPU sample into a temporary warehouse and summarise it")
     p.set_defaults(func=_cmd_demo)

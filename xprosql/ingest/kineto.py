@@ -25,6 +25,7 @@ from typing import Any
 import pyarrow as pa
 
 from xprosql.errors import IngestError
+from xprosql.cupti import RECORDER_KEY
 from xprosql.models import hardware
 from xprosql.models.tables import TABLES
 
@@ -298,9 +299,11 @@ def decode_kineto(data: bytes, *, source: str) -> Iterator[tuple[str, pa.RecordB
     yield "flows", _batch("flows", flow_rows)
 
     distributed = trace.get("distributedInfo") if isinstance(trace.get("distributedInfo"), dict) else {}
+    recorder = trace.get(RECORDER_KEY) if isinstance(trace.get(RECORDER_KEY), dict) else None
     profile = {name: None for name in TABLES["profiles"].names}
     profile.update(
-        format="kineto",
+        format="cupti" if recorder else "kineto",
+        host=recorder.get("host") if recorder else None,
         start_ns=start_ns,
         duration_ps=end_ps,
         n_events=len(event_rows),
