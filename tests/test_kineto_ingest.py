@@ -194,3 +194,15 @@ def test_malformed_events_are_counted_not_lost_silently(tmp_path: Path) -> None:
         "1 non-object entries in traceEvents",
     ])
     assert profile["n_events"] == sum(1 for e in _raw(KINETO / "alexnet.json.gz")["traceEvents"] if e.get("ph") in ("X", "i")) - 5
+
+
+def test_launch_coverage_analysis_on_every_gpu_source(tmp_path: Path) -> None:
+    root = tmp_path / "run"
+    assert xprosql.ingest([*TRACES, GPU_SAMPLE], into=root).ok
+    rows = xprosql.load(root).analysis("gpu_launch_coverage").pl()
+    with_kernels = rows.filter(rows["kernels"] > 0)
+    assert set(with_kernels["format"]) == {"kineto", "xspace"}
+    assert with_kernels["kernel_share"].to_list() == [1.0] * with_kernels.height
+    assert rows.filter(rows["copies"] > 0)["copy_share"].min() == 1.0
+    xspace = rows.filter(rows["format"] == "xspace").row(0, named=True)
+    assert (xspace["kernels"], xspace["copies"]) == (1330, 226)
