@@ -20,7 +20,7 @@ import pyarrow as pa
 from google.protobuf.message import DecodeError
 
 from xprosql.errors import IngestError
-from xprosql.ingest import hlo
+from xprosql.ingest import counters, hlo
 from xprosql.models import hardware
 from xprosql.models.tables import TABLES
 from xprosql.protos import xplane_pb2
@@ -288,6 +288,8 @@ def decode_xspace(data: bytes, *, source: str, batch_rows: int = 250_000) -> Ite
     kernel_rows: list[tuple] = []
     memcpy_rows: list[tuple] = []
     api_rows: list[tuple] = []
+    counter_rows: list[tuple] = []
+    unreadable_counters = 0
     event_id = 0
     track_id = 0
     end_ps = 0
@@ -331,6 +333,12 @@ def decode_xspace(data: bytes, *, source: str, batch_rows: int = 250_000) -> Ite
 
         plane_events = 0
         device_kind = _device_kind(plane.name)[0]
+        if counters.has_counters(plane):
+            rows, unreadable = counters.xspace_counter_rows(
+                plane, device_id=device_id, first_event_id=event_id, first_track_id=track_id, start_ns=start_ns
+            )
+            counter_rows.extend(rows)
+            unreadable_counters += unreadable
         for line in plane.lines:
             base_ps = (line.timestamp_ns - start_ns) * 1000
             is_module_line = line.name == "XLA Modules"
@@ -418,6 +426,7 @@ def decode_xspace(data: bytes, *, source: str, batch_rows: int = 250_000) -> Ite
     yield "kernels", _batch("kernels", kernel_rows)
     yield "memcpys", _batch("memcpys", memcpy_rows)
     yield "api_calls", _batch("api_calls", api_rows)
+    yield "counters", _batch("counters", counter_rows)
     yield "event_metadata", _batch("event_metadata", metadata_rows)
     yield "metadata_stats", _batch("metadata_stats", metadata_stat_rows)
 
@@ -430,7 +439,8 @@ def decode_xspace(data: bytes, *, source: str, batch_rows: int = 250_000) -> Ite
         n_events=event_id,
         n_devices=len(space.planes),
         dropped_events=0,
-        drop_reasons=[],
+        drop_reasons=[f"{unreadable_counters} counter values 0xFFFFFFFFFFFFFFFF (could not be read)"]
+        if unreadable_counters else [],
         producer=producer,
         errors=list(space.errors),
         warnings=list(space.warnings),
