@@ -1,8 +1,11 @@
 """XSpace (``*.xplane.pb``) decoder: one file in, Arrow record batches per table out.
 
-The decoder knows nothing of the warehouse: :func:`decode_xspace` yields
-``(table, batch)`` pairs and a writer stores them. A faster decoder can
-replace this one as long as it yields the same tables (``xprosql.models``).
+Two stages. :mod:`xprosql.ingest.xspace_wire` turns the bytes into flat columns
+(compiled with numba when installed, else through protobuf objects; both give
+the same columns). This module turns those columns into the warehouse tables
+with vectorized Polars expressions: stat names and interned strings resolved,
+promoted stats as columns, HLO ops, GPU kernels, copies and launches. It knows
+nothing of the warehouse: :func:`decode_xspace` yields ``(table, batch)``.
 
 Example:
     >>> data = open("tpu.xplane.pb", "rb").read()            # doctest: +SKIP
@@ -13,123 +16,52 @@ Example:
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from typing import Any
 
+import numpy as np
+import polars as pl
 import pyarrow as pa
-from google.protobuf.message import DecodeError
 
 from xprosql.errors import IngestError
 from xprosql.ingest import counters, hlo
+from xprosql.ingest.xspace_wire import STAT_KINDS, RawSpace, read_raw
 from xprosql.models import hardware
 from xprosql.models.tables import TABLES
 from xprosql.protos import xplane_pb2
 
-__all__ = ["decode_xspace", "check_xspace_bytes", "parse_kernel_details", "PROMOTED_STATS"]
+__all__ = ["decode_xspace", "PROMOTED_STATS"]
 
-_NOT_CONVERTIBLE = object()
-
-
-def _to_str(kind: str, value: Any) -> Any:
-    return value if isinstance(value, str) else _NOT_CONVERTIBLE
-
-
-def _to_int64(kind: str, value: Any) -> Any:
-    if isinstance(value, bool):
-        return _NOT_CONVERTIBLE
-    if isinstance(value, str):
-        if not value.lstrip("-").isdigit():
-            return _NOT_CONVERTIBLE
-        value = int(value)
-    if isinstance(value, float):
-        if not value.is_integer():
-            return _NOT_CONVERTIBLE
-        value = int(value)
-    if isinstance(value, int) and -(2**63) <= value < 2**63:
-        return value
-    return _NOT_CONVERTIBLE
-
-
-def _to_uint64(kind: str, value: Any) -> Any:
-    if isinstance(value, str) and value.isdigit():
-        value = int(value)
-    if isinstance(value, int) and not isinstance(value, bool):
-        # int64 stats holding ids are reinterpreted bit for bit, as XLA does.
-        return value & 0xFFFFFFFFFFFFFFFF if value >= -(2**63) else _NOT_CONVERTIBLE
-    return _NOT_CONVERTIBLE
-
-
-def _to_bool(kind: str, value: Any) -> Any:
-    if isinstance(value, int):
-        return value != 0
-    return _NOT_CONVERTIBLE
-
-
-# stat name -> (events column, converter). A value the converter refuses stays
-# in event_stats, so nothing is lost.
-PROMOTED_STATS: dict[str, tuple[str, Callable[[str, Any], Any]]] = {
-    "hlo_module": ("hlo_module", _to_str),
-    "hlo_op": ("hlo_op", _to_str),
-    "program_id": ("program_id", _to_uint64),
-    "group_id": ("group_id", _to_int64),
-    "step_num": ("step_num", _to_int64),
-    "correlation_id": ("correlation_id", _to_int64),
-    "hlo_category": ("category", _to_str),
-    "flops": ("flops", _to_int64),
-    "bytes_accessed": ("bytes_accessed", _to_int64),
-    "_a": ("is_async", _to_bool),
-    "device_offset_ps": ("device_offset_ps", _to_int64),
-    "device_duration_ps": ("device_duration_ps", _to_int64),
+# stat name -> (events column, target type). A value that does not convert to
+# the target stays in event_stats, so nothing is lost.
+PROMOTED_STATS: dict[str, tuple[str, str]] = {
+    "hlo_module": ("hlo_module", "str"),
+    "hlo_op": ("hlo_op", "str"),
+    "program_id": ("program_id", "uint64"),
+    "group_id": ("group_id", "int64"),
+    "step_num": ("step_num", "int64"),
+    "correlation_id": ("correlation_id", "int64"),
+    "hlo_category": ("category", "str"),
+    "flops": ("flops", "int64"),
+    "bytes_accessed": ("bytes_accessed", "int64"),
+    "_a": ("is_async", "bool"),
+    "device_offset_ps": ("device_offset_ps", "int64"),
+    "device_duration_ps": ("device_duration_ps", "int64"),
 }
-_PROMOTED_COLUMNS = [
-    "hlo_module", "hlo_op", "program_id", "group_id", "step_num", "correlation_id",
-    "category", "flops", "bytes_accessed", "is_async", "device_offset_ps", "device_duration_ps",
-]
-_PROMOTED_INDEX = {column: i for i, column in enumerate(_PROMOTED_COLUMNS)}
-_HLO_MODULE, _PROGRAM_ID = _PROMOTED_INDEX["hlo_module"], _PROMOTED_INDEX["program_id"]
-_CORRELATION_ID = _PROMOTED_INDEX["correlation_id"]
-_LAUNCH_COLUMNS = (
-    "grid_x", "grid_y", "grid_z", "block_x", "block_y", "block_z",
-    "registers_per_thread", "shared_memory_bytes", "occupancy_pct",
-)
-_MEMCPY_SIZE = re.compile(r"(?:^|\s)size:(\d+)")
-_NO_PROMOTED = (None,) * len(_PROMOTED_COLUMNS)
-
-_HLO_TEXT_NAME = re.compile(r"%?([^\s=%]+) = ")
-_MODULE_WITH_PROGRAM_ID = re.compile(r"^(.*)\((\d+)\)$")
-_DEVICE_NAME = re.compile(r"^/device:([A-Za-z_]+):(\d+)")
-
-_STREAM_LINE = re.compile(r"^Stream #(\d+)")
-# XSpace names a copy by its line ("Stream #135(MemcpyH2D)") and event ("MemcpyH2D").
-_COPY_KINDS = {"MemcpyH2D": "HtoD", "MemcpyD2H": "DtoH", "MemcpyD2D": "DtoD", "MemcpyP2P": "PtoP", "Memset": "memset"}
+_PROMOTED_COLUMNS = [column for column, _ in PROMOTED_STATS.values()]
 # Event stats the GPU tables read; they stay in event_stats as well.
-_GPU_DETAIL_STATS = frozenset({"kernel_details", "memcpy_details", "tf_op", "annotation"})
-_ROW_SLOT = {"int64": 0, "uint64": 1, "double": 2, "str": 3, "ref": 3, "bytes": 4}
-_ONEOF_TO_TYPE = {
-    "double_value": "double", "uint64_value": "uint64", "int64_value": "int64",
-    "str_value": "str", "bytes_value": "bytes", "ref_value": "ref",
+_GPU_DETAIL_STATS = ("kernel_details", "memcpy_details", "tf_op", "annotation")
+_LAUNCH_FIELDS = {  # kernels column -> pattern in kernel_details ("regs:38 shm:0 grid:160,1,1 block:1024,1,1")
+    "registers_per_thread": r"(?:^|\s)regs:(\d+)(?:\s|$)",
+    "shm": r"(?:^|\s)shm:(\d+)(?:\s|$)",
+    "static_shm": r"(?:^|\s)static_shm:(\d+)(?:\s|$)",
+    "dynamic_shm": r"(?:^|\s)dynamic_shm:(\d+)(?:\s|$)",
+    "occupancy_pct": r"(?:^|\s)occ_pct:([0-9.]+)(?:\s|$)",
 }
-
-
-def check_xspace_bytes(data: bytes, source: str) -> xplane_pb2.XSpace:
-    """Parse ``data`` as an XSpace, or raise :class:`IngestError` saying what it is instead."""
-    if not data:
-        raise IngestError(source, "empty file (0 bytes)")
-    head = data[:64].lstrip()
-    if head[:1] in (b"{", b"["):
-        raise IngestError(source, "this is JSON text, not an XSpace protobuf (Kineto traces are JSON)")
-    if data[:2] == b"\x1f\x8b":
-        raise IngestError(source, "gzip-compressed data, not a raw XSpace protobuf; decompress it first")
-    space = xplane_pb2.XSpace()
-    try:
-        space.ParseFromString(data)
-    except DecodeError as exc:
-        raise IngestError(source, f"not a valid XSpace protobuf (truncated or corrupt): {exc}") from None
-    if not space.planes:
-        raise IngestError(source, "no XSpace planes found: not an XSpace file, or truncated before the first plane")
-    if not any(plane.name for plane in space.planes):
-        raise IngestError(source, "no named XSpace planes: not an XSpace file")
-    return space
+# XSpace names a copy by its event ("MemcpyH2D") and its line ("Stream #135(MemcpyH2D)").
+_COPY_KINDS = {"MemcpyH2D": "HtoD", "MemcpyD2H": "DtoH", "MemcpyD2D": "DtoD", "MemcpyP2P": "PtoP", "Memset": "memset"}
+_DEVICE_NAME = re.compile(r"^/device:([A-Za-z_]+):(\d+)")
+_INT64 = (-(2**63), 2**63 - 1)
 
 
 def _device_kind(name: str) -> tuple[str, int | None]:
@@ -150,107 +82,183 @@ def _device_kind(name: str) -> tuple[str, int | None]:
     return "other", None
 
 
-class _StatReader:
-    """Turns a plane's XStats into (name, type, value), resolving names and refs."""
-
-    def __init__(self, plane: xplane_pb2.XPlane) -> None:
-        self.names = {sid: md.name for sid, md in plane.stat_metadata.items()}
-        self.unknown_stat_ids = 0
-
-    def read(self, stat: xplane_pb2.XStat) -> tuple[str | None, str | None, Any]:
-        name = self.names.get(stat.metadata_id)
-        if name is None:
-            self.unknown_stat_ids += 1
-        which = stat.WhichOneof("value")
-        if which is None:
-            return name, None, None
-        value = getattr(stat, which)
-        if which == "ref_value":
-            value = self.names.get(value)
-        return name, _ONEOF_TO_TYPE[which], value
-
-    @staticmethod
-    def row(prefix: tuple, name: str | None, value_type: str | None, value: Any) -> tuple:
-        values: list[Any] = [None] * 5
-        if value_type is not None:
-            values[_ROW_SLOT[value_type]] = value
-        return (*prefix, name, value_type, *values)
-
-
-def _batch(table: str, rows: list[tuple]) -> pa.RecordBatch:
+def _to_arrow(table: str, frame: pl.DataFrame) -> pa.Table:
+    """A frame with the table's columns (any order, any compatible types) as the table's Arrow schema."""
     schema = TABLES[table]
-    columns = list(zip(*rows)) if rows else [()] * len(schema)
-    arrays = []
-    for field, values in zip(schema, columns):
-        if pa.types.is_dictionary(field.type):
-            arrays.append(pa.array(values, pa.string()).dictionary_encode())
-        else:
-            arrays.append(pa.array(values, field.type))
-    return pa.RecordBatch.from_arrays(arrays, schema=schema)
+    arrow = frame.select(schema.names).to_arrow()
+    columns = []
+    for field, column in zip(schema, arrow.columns):
+        column = column.cast(pa.string()) if pa.types.is_large_string(column.type) else column
+        column = column.cast(pa.binary()) if pa.types.is_large_binary(column.type) else column
+        if pa.types.is_large_list(column.type):
+            column = column.cast(pa.list_(column.type.value_type))
+        columns.append(column.cast(field.type))
+    return pa.Table.from_arrays(columns, schema=schema)
 
 
-def parse_kernel_details(text: str) -> dict[str, Any]:
-    """``regs:38 shm:0 grid:160,1,1 block:1024,1,1`` (and newer static_shm/dynamic_shm/occ_pct) as columns."""
-    fields: dict[str, str] = {}
-    for token in text.split():
-        key, sep, value = token.partition(":")
-        if sep:
-            fields[key] = value
-    out: dict[str, Any] = {}
-    for key in ("grid", "block"):
-        parts = fields.get(key, "").split(",")
-        if len(parts) == 3 and all(p.isdigit() for p in parts):
-            out[f"{key}_x"], out[f"{key}_y"], out[f"{key}_z"] = (int(p) for p in parts)
-    if fields.get("regs", "").isdigit():
-        out["registers_per_thread"] = int(fields["regs"])
-    shared = [fields[k] for k in ("shm", "static_shm", "dynamic_shm") if fields.get(k, "").isdigit()]
-    if shared:
-        out["shared_memory_bytes"] = sum(int(v) for v in shared)
-    try:
-        out["occupancy_pct"] = float(fields["occ_pct"])
-    except (KeyError, ValueError):
-        pass
-    return out
+def _batches(table: str, frame: pl.DataFrame, batch_rows: int) -> Iterator[tuple[str, pa.RecordBatch]]:
+    for batch in _to_arrow(table, frame).to_batches(max_chunksize=batch_rows):
+        yield table, batch
+    if frame.height == 0:
+        yield table, pa.RecordBatch.from_pylist([], schema=TABLES[table])
 
 
-def _copy_kind(event_name: str | None, line_name: str) -> str | None:
-    for text in (event_name or "", line_name[line_name.find("(") + 1 : -1]):
-        for prefix, kind in _COPY_KINDS.items():
-            if text.startswith(prefix):
-                return kind
-    return None
+# --- stats -------------------------------------------------------------------------------------------
 
 
-def _start_ns(space: xplane_pb2.XSpace) -> tuple[int, bool]:
-    """Earliest event start in ns (as recorded), and whether any event has a start."""
+def _stat_frame(owner: dict[str, Any], plane: Any, raw_ids: Any, kinds: Any, ints: Any, doubles: Any, texts: Any) -> pl.DataFrame:
+    kinds = np.asarray(kinds, dtype=np.int8)
+    texts = texts if isinstance(texts, pa.Array) else pa.array(texts, pa.binary())
+    # Decode only the str values: bytes values need not be UTF-8.
+    is_str = kinds == 5
+    strings = pl.Series("str_text", [None] * len(kinds), dtype=pl.String)
+    if is_str.any():
+        strings = strings.scatter(np.flatnonzero(is_str), pl.Series(texts.filter(pa.array(is_str)).cast(pa.string())))
+    return pl.DataFrame({
+        **owner,
+        "plane": plane,
+        "stat_id": raw_ids,
+        "kind": pl.Series(kinds, dtype=pl.Int8),
+        "int": pl.Series(ints, dtype=pl.Int64),
+        "double": pl.Series(doubles, dtype=pl.Float64),
+        "text": pl.Series(texts, dtype=pl.Binary),
+        "str_text": strings,
+    })
+
+
+def _metadata_stats(planes: list[xplane_pb2.XPlane]) -> pl.DataFrame:
+    """Stats of planes (metadata_id null) and of event metadata, in file order, as raw columns."""
+    rows: dict[str, list] = {k: [] for k in ("metadata_id", "plane", "stat_id", "kind", "int", "double", "text")}
+
+    def add(plane_index: int, metadata_id: int | None, stat: xplane_pb2.XStat) -> None:
+        which = stat.WhichOneof("value")
+        value = getattr(stat, which) if which else None
+        kind = {"double_value": 2, "uint64_value": 3, "int64_value": 4, "str_value": 5,
+                "bytes_value": 6, "ref_value": 7}.get(which, 0)
+        rows["metadata_id"].append(metadata_id)
+        rows["plane"].append(plane_index)
+        rows["stat_id"].append(stat.metadata_id)
+        rows["kind"].append(kind)
+        rows["int"].append(int(np.uint64(value).astype(np.int64)) if kind == 3 else value if kind in (4, 7) else None)
+        rows["double"].append(value if kind == 2 else None)
+        rows["text"].append(value.encode() if kind == 5 else value if kind == 6 else None)
+
+    for plane_index, plane in enumerate(planes):
+        for stat in plane.stats:
+            add(plane_index, None, stat)
+        for metadata_id, md in plane.event_metadata.items():
+            for stat in md.stats:
+                add(plane_index, metadata_id, stat)
+    return _stat_frame({"metadata_id": pl.Series(rows["metadata_id"], dtype=pl.Int64)},
+                       pl.Series(rows["plane"], dtype=pl.Int32), pl.Series(rows["stat_id"], dtype=pl.Int64),
+                       rows["kind"], rows["int"], rows["double"], rows["text"])
+
+
+def _resolve(stats: pl.DataFrame, stat_names: pl.DataFrame) -> pl.DataFrame:
+    """Name each stat and type its value (the warehouse's stat value columns); refs become their string."""
+    kind_names = pl.DataFrame({"kind": pl.Series(list(STAT_KINDS), dtype=pl.Int8), "value_type": list(STAT_KINDS.values())})
+    refs = stat_names.rename({"stat_id": "int", "stat": "ref_name"})
+    kind = pl.col("kind")
+    return (
+        stats.join(stat_names, on=["plane", "stat_id"], how="left", maintain_order="left")
+        .join(refs, on=["plane", "int"], how="left", maintain_order="left")
+        .join(kind_names, on="kind", how="left", maintain_order="left")
+        .with_columns(
+            int_value=pl.when(kind == 4).then(pl.col("int")),
+            uint_value=pl.when(kind == 3).then(pl.col("int").cast(pl.UInt64, wrap_numerical=True)),
+            double_value=pl.when(kind == 2).then(pl.col("double")),
+            str_value=pl.when(kind == 5).then(pl.col("str_text")).when(kind == 7).then(pl.col("ref_name")),
+            bytes_value=pl.when(kind == 6).then(pl.col("text")),
+        )
+    )
+
+
+def _converted(target: str) -> pl.Expr:
+    """A promoted stat's value as its column's type; null where it does not convert."""
+    kind, ints, text = pl.col("kind"), pl.col("int"), pl.col("str_value")
+    if target == "str":
+        return pl.when(kind.is_in([5, 7])).then(text)
+    if target == "bool":
+        return pl.when(kind.is_in([3, 4])).then(ints != 0)
+    if target == "uint64":
+        return (
+            pl.when(kind.is_in([3, 4])).then(ints.cast(pl.UInt64, wrap_numerical=True))
+            .when(kind.is_in([5, 7]) & text.str.contains(r"^\d+$")).then(text.cast(pl.UInt64, strict=False))
+        )
+    double = pl.col("double")
+    integral = double.is_finite() & (double.floor() == double) & (double.abs() < 2.0**63)
+    return (
+        pl.when(kind == 4).then(ints)
+        .when((kind == 3) & (ints >= 0)).then(ints)
+        .when((kind == 2) & integral).then(double.cast(pl.Int64, strict=False))
+        .when(kind.is_in([5, 7]) & text.str.contains(r"^-?\d+$")).then(text.cast(pl.Int64, strict=False))
+    )
+
+
+def _promote(resolved: pl.DataFrame, owner: list[str]) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """Split stats into promoted columns (one row per owner; the last occurrence wins) and the rest."""
+    resolved = resolved.with_row_index("_row")
+    kept: list[pl.Series] = []
+    columns = resolved.select(owner).unique(maintain_order=True)
+    for stat, (column, target) in PROMOTED_STATS.items():
+        candidates = (
+            resolved.filter(pl.col("stat") == stat)
+            .with_columns(_converted(target).alias(column))
+            .filter(pl.col(column).is_not_null())
+            .unique(subset=owner, keep="last", maintain_order=True)
+        )
+        kept.append(candidates["_row"])
+        columns = columns.join(candidates.select(*owner, column), on=owner, how="left", maintain_order="left")
+    promoted_rows = pl.concat(kept) if kept else pl.Series("_row", [], dtype=pl.UInt32)
+    rest = resolved.filter(~pl.col("_row").is_in(promoted_rows.implode())).drop("_row")
+    return columns, rest
+
+
+# --- the decoder -------------------------------------------------------------------------------------
+
+
+def _start_ns(raw: RawSpace) -> tuple[int, bool, np.ndarray]:
+    """Earliest event start (ns, as recorded), whether any event has a start, and each line's base in ps."""
+    timed = ~raw.event_is_aggregate
+    ends = np.cumsum(raw.line_n_events)
+    starts = ends - raw.line_n_events
     earliest: int | None = None
-    for plane in space.planes:
-        for line in plane.lines:
-            offsets = [ev.offset_ps for ev in line.events if ev.WhichOneof("data") != "num_occurrences"]
-            if offsets:
-                start = line.timestamp_ns * 1000 + min(offsets)
-                earliest = start if earliest is None else min(earliest, start)
+    for line, (first, last) in enumerate(zip(starts, ends)):
+        offsets = raw.event_offset_ps[first:last][timed[first:last]]
+        if len(offsets):
+            start = int(raw.line_timestamp_ns[line]) * 1000 + int(offsets.min())
+            earliest = start if earliest is None else min(earliest, start)
     if earliest is None:
-        return 0, False
-    return earliest // 1000, True
+        return 0, False, np.zeros(len(ends), dtype=np.int64)
+    start_ns = earliest // 1000
+    bases = []
+    for line, (first, last) in enumerate(zip(starts, ends)):
+        base = (int(raw.line_timestamp_ns[line]) - start_ns) * 1000
+        lo = base + int(raw.event_offset_ps[first:last].min(initial=0))
+        hi = base + int(raw.event_offset_ps[first:last].max(initial=0)) + int(raw.event_duration_ps[first:last].max(initial=0))
+        if not (_INT64[0] <= lo and hi <= _INT64[1]):
+            raise ValueError(f"line {raw.line_name[line]!r}: event times do not fit int64 picoseconds")
+        bases.append(base)
+    return start_ns, True, np.array(bases, dtype=np.int64)
 
 
-def _hlo_tables(space: xplane_pb2.XSpace, source: str) -> tuple[list[dict], list[dict]]:
+def _hlo_tables(planes: list[xplane_pb2.XPlane], source: str) -> tuple[list[dict], list[dict]]:
     modules: list[dict] = []
     ops: list[dict] = []
-    for plane in space.planes:
+    for plane in planes:
         if plane.name != "/host:metadata":
             continue
-        stats = _StatReader(plane)
+        names = {sid: md.name for sid, md in plane.stat_metadata.items()}
         for metadata_id, md in sorted(plane.event_metadata.items()):
             proto_bytes = None
             program_id = metadata_id
             for stat in md.stats:
-                name, _, value = stats.read(stat)
-                if name == "Hlo Proto" and isinstance(value, bytes):
-                    proto_bytes = value
-                elif name == "program_id" and isinstance(value, int):
-                    program_id = value
+                name = names.get(stat.metadata_id)
+                which = stat.WhichOneof("value")
+                if name == "Hlo Proto" and which == "bytes_value":
+                    proto_bytes = stat.bytes_value
+                elif name == "program_id" and which in ("uint64_value", "int64_value"):
+                    program_id = getattr(stat, which)
             if proto_bytes is None:
                 continue
             try:
@@ -262,208 +270,252 @@ def _hlo_tables(space: xplane_pb2.XSpace, source: str) -> tuple[list[dict], list
     return modules, ops
 
 
-def decode_xspace(data: bytes, *, source: str, batch_rows: int = 250_000) -> Iterator[tuple[str, pa.RecordBatch]]:
+def decode_xspace(data: bytes, *, source: str, batch_rows: int = 500_000) -> Iterator[tuple[str, pa.RecordBatch]]:
     """Decode one XSpace file into warehouse record batches.
 
     Yields ``(table, batch)``; the single ``profiles`` row comes last, with the
     columns only the caller knows (path, hash, time of ingest) left null.
     Raises :class:`IngestError` naming ``source`` when the bytes are not an XSpace.
     """
-    space = check_xspace_bytes(data, source)
-    start_ns, has_timed_events = _start_ns(space)
-    module_rows, op_rows = _hlo_tables(space, source)
-    module_by_program = {row["program_id"]: row["module"] for row in module_rows}
+    raw = read_raw(data, source=source)
+    try:
+        yield from _decode(raw, data, source=source, batch_rows=batch_rows)
+    except (pl.exceptions.PolarsError, pa.ArrowInvalid) as exc:  # e.g. a string field that is not UTF-8
+        raise ValueError(f"corrupt XSpace content: {exc}") from None
+
+
+def _decode(raw: RawSpace, data: bytes, *, source: str, batch_rows: int) -> Iterator[tuple[str, pa.RecordBatch]]:
+    planes = raw.planes
+    start_ns, has_timed_events, line_base_ps = _start_ns(raw)
+    module_rows, op_rows = _hlo_tables(planes, source)
     if module_rows:
         yield "hlo_modules", pa.RecordBatch.from_pylist(module_rows, schema=TABLES["hlo_modules"])
     for i in range(0, len(op_rows), batch_rows):
         yield "hlo_ops", pa.RecordBatch.from_pylist(op_rows[i : i + batch_rows], schema=TABLES["hlo_ops"])
 
-    device_rows: list[tuple] = []
-    device_stat_rows: list[tuple] = []
-    track_rows: list[tuple] = []
-    metadata_rows: list[tuple] = []
-    metadata_stat_rows: list[tuple] = []
-    event_rows: list[tuple] = []
-    event_stat_rows: list[tuple] = []
-    kernel_rows: list[tuple] = []
-    memcpy_rows: list[tuple] = []
-    api_rows: list[tuple] = []
-    counter_rows: list[tuple] = []
-    unreadable_counters = 0
-    event_id = 0
-    track_id = 0
-    end_ps = 0
-    profile_times: dict[str, int] = {}
-    producer: str | None = None
+    kinds = [_device_kind(plane.name) for plane in planes]
+    stat_names = pl.DataFrame(
+        [(i, sid, md.name) for i, plane in enumerate(planes) for sid, md in plane.stat_metadata.items()],
+        schema={"plane": pl.Int32, "stat_id": pl.Int64, "stat": pl.String}, orient="row",
+    )
+    metadata = pl.DataFrame(
+        [(i, mid, md.name, md.display_name, md.metadata, list(md.child_id))
+         for i, plane in enumerate(planes) for mid, md in plane.event_metadata.items()],
+        schema={"plane": pl.Int32, "metadata_id": pl.Int64, "name": pl.String, "display_name": pl.String,
+                "metadata": pl.Binary, "child_ids": pl.List(pl.Int64)}, orient="row",
+    )
 
-    for device_id, plane in enumerate(space.planes):
-        stats = _StatReader(plane)
-        plane_stats: dict[str, Any] = {}
-        for stat in plane.stats:
-            name, value_type, value = stats.read(stat)
-            device_stat_rows.append(stats.row((device_id,), name, value_type, value))
-            if name is not None:
-                plane_stats[name] = value
-        if isinstance(plane_stats.get("jax_version"), str):  # /host:metadata of JAX profiles
-            producer = f"jax {plane_stats['jax_version']}"
-        if plane.name == "Task Environment":
-            for key in ("profile_start_time", "profile_stop_time"):
-                value = _to_int64("", plane_stats.get(key))
-                if value is not _NOT_CONVERTIBLE:
-                    profile_times[key] = value
+    # Plane and metadata stats: all of them stored; the metadata ones are defaults for promoted columns.
+    small = _resolve(_metadata_stats(planes), stat_names)
+    plane_stats = small.filter(pl.col("metadata_id").is_null())
+    md_stats = small.filter(pl.col("metadata_id").is_not_null())
+    md_promoted, _ = _promote(md_stats, ["plane", "metadata_id"])
+    md_promoted = md_promoted.join(metadata.select("plane", "metadata_id", "name"), on=["plane", "metadata_id"],
+                                   how="full", coalesce=True)
+    # TPU op metadata is named "%op.1 = shape opcode(...)": the op's name is there when no stat says it.
+    md_promoted = md_promoted.with_columns(
+        pl.col("hlo_op").fill_null(pl.col("name").str.extract(r"^%([^\s=%]+) = ", 1))
+    ).drop("name")
 
-        # Constant per-op stats sit on the metadata; events start from these defaults.
-        defaults: dict[int, tuple[str, str, tuple]] = {}
-        metadata_uses: dict[int, int] = {}
-        for metadata_id, md in plane.event_metadata.items():
-            promoted: list[Any] = list(_NO_PROMOTED)
-            for stat in md.stats:
-                name, value_type, value = stats.read(stat)
-                metadata_stat_rows.append(stats.row((device_id, metadata_id), name, value_type, value))
-                target = PROMOTED_STATS.get(name) if name else None
-                if target is not None:
-                    converted = target[1](value_type, value)
-                    if converted is not _NOT_CONVERTIBLE:
-                        promoted[_PROMOTED_INDEX[target[0]]] = converted
-            if promoted[_PROMOTED_INDEX["hlo_op"]] is None and md.name.startswith("%"):
-                match = _HLO_TEXT_NAME.match(md.name)
-                if match:
-                    promoted[_PROMOTED_INDEX["hlo_op"]] = match.group(1)
-            defaults[metadata_id] = (md.name, md.display_name, tuple(promoted))
+    # Events, with their line and plane.
+    n_lines = len(raw.line_plane)
+    line_of_event = np.repeat(np.arange(n_lines, dtype=np.int32), raw.line_n_events)
+    lines = pl.DataFrame({
+        "track_id": pl.Series(np.arange(n_lines, dtype=np.int32)),
+        "device_id": pl.Series(raw.line_plane, dtype=pl.Int32),
+        "line_name": pl.Series(raw.line_name, dtype=pl.String),
+    }).with_columns(
+        stream_id=pl.when(pl.col("device_id").replace_strict(
+            {i: k for i, (k, _) in enumerate(kinds)}, default=None, return_dtype=pl.String) == "gpu")
+        .then(pl.col("line_name").str.extract(r"^Stream #(\d+)", 1).cast(pl.Int64))
+    )
+    events = pl.DataFrame({
+        "event_id": pl.Series(np.arange(raw.n_events, dtype=np.int64)),
+        "track_id": pl.Series(line_of_event),
+        "device_id": pl.Series(raw.line_plane[line_of_event], dtype=pl.Int32),
+        "metadata_id": pl.Series(raw.event_metadata_id),
+        "start_ps": pl.Series(line_base_ps[line_of_event] + raw.event_offset_ps),
+        "is_aggregate": pl.Series(raw.event_is_aggregate),
+        "dur_ps": pl.Series(raw.event_duration_ps),
+        "num_occurrences": pl.Series(raw.event_num_occurrences),
+    }).with_columns(
+        start_ps=pl.when(~pl.col("is_aggregate")).then(pl.col("start_ps")),
+        num_occurrences=pl.when(pl.col("is_aggregate")).then(pl.col("num_occurrences")),
+    )
+    end_ps = events.select((pl.col("start_ps") + pl.col("dur_ps")).max()).item() if has_timed_events else 0
 
-        plane_events = 0
-        device_kind = _device_kind(plane.name)[0]
-        if counters.has_counters(plane):
-            rows, unreadable = counters.xspace_counter_rows(
-                plane, device_id=device_id, first_event_id=event_id, first_track_id=track_id, start_ns=start_ns
-            )
-            counter_rows.extend(rows)
-            unreadable_counters += unreadable
-        for line in plane.lines:
-            base_ps = (line.timestamp_ns - start_ns) * 1000
-            is_module_line = line.name == "XLA Modules"
-            stream = _STREAM_LINE.match(line.name) if device_kind == "gpu" else None
-            stream_id = int(stream.group(1)) if stream else None
-            for event in line.events:
-                details: dict[str, Any] = {}
-                metadata_id = event.metadata_id
-                name, display_name, promoted = defaults.get(metadata_id, (None, None, _NO_PROMOTED))
-                metadata_uses[metadata_id] = metadata_uses.get(metadata_id, 0) + 1
-                if event.stats:
-                    promoted_list = list(promoted)
-                    for stat in event.stats:
-                        stat_name, value_type, value = stats.read(stat)
-                        if stat_name in _GPU_DETAIL_STATS:
-                            details[stat_name] = value
-                        target = PROMOTED_STATS.get(stat_name) if stat_name else None
-                        if target is not None:
-                            converted = target[1](value_type, value)
-                            if converted is not _NOT_CONVERTIBLE:
-                                promoted_list[_PROMOTED_INDEX[target[0]]] = converted
-                                continue
-                        event_stat_rows.append(stats.row((event_id,), stat_name, value_type, value))
-                    promoted = tuple(promoted_list)
-                promoted = _with_module(promoted, name, module_line=is_module_line, modules=module_by_program)
-                if event.WhichOneof("data") == "num_occurrences":
-                    start, occurrences = None, event.num_occurrences
-                else:
-                    start, occurrences = base_ps + event.offset_ps, None
-                    end_ps = max(end_ps, start + event.duration_ps)
-                event_rows.append(
-                    (event_id, device_id, track_id, metadata_id, name, display_name,
-                     start, event.duration_ps, occurrences, *promoted)
-                )
-                correlation_id = promoted[_CORRELATION_ID]
-                if stream_id is not None:
-                    copy_kind = _copy_kind(name, line.name)
-                    if copy_kind is not None or "memcpy_details" in details:
-                        size = _MEMCPY_SIZE.search(str(details.get("memcpy_details", "")))
-                        memcpy_rows.append(
-                            (event_id, device_id, track_id, stream_id, copy_kind, int(size.group(1)) if size else None,
-                             start, event.duration_ps, correlation_id, None, None)
-                        )
-                    else:
-                        launch = parse_kernel_details(str(details.get("kernel_details", "")))
-                        kernel_rows.append(
-                            (event_id, device_id, track_id, stream_id, name, start, event.duration_ps, correlation_id,
-                             *(launch.get(column) for column in _LAUNCH_COLUMNS),
-                             promoted[_HLO_MODULE], promoted[_PROMOTED_INDEX["hlo_op"]],
-                             details.get("tf_op") or details.get("annotation"))
-                        )
-                elif device_kind == "host" and correlation_id is not None:
-                    api_rows.append(
-                        (event_id, device_id, track_id, line.name, "launch", name, start, event.duration_ps,
-                         correlation_id)
-                    )
-                event_id += 1
-                if len(event_rows) >= batch_rows:
-                    yield "events", _batch("events", event_rows)
-                    event_rows = []
-                if len(event_stat_rows) >= batch_rows:
-                    yield "event_stats", _batch("event_stats", event_stat_rows)
-                    event_stat_rows = []
-            track_rows.append(
-                (device_id, track_id, line.id, line.display_id, line.name, line.display_name,
-                 line.timestamp_ns, line.duration_ps, len(line.events), None, stream_id)
-            )
-            plane_events += len(line.events)
-            track_id += 1
+    event_stats = _resolve(
+        _stat_frame(
+            {"event_id": pl.Series(np.repeat(np.arange(raw.n_events, dtype=np.int64), raw.event_n_stats))},
+            pl.Series(raw.line_plane[np.repeat(line_of_event, raw.event_n_stats)], dtype=pl.Int32),
+            raw.stat_metadata_id, raw.stat_kind, raw.stat_int, raw.stat_double, raw.stat_text,
+        ),
+        stat_names,
+    )
+    ev_promoted, rest = _promote(event_stats, ["event_id"])
+    details = (
+        event_stats.filter(pl.col("stat").is_in(_GPU_DETAIL_STATS) & pl.col("str_value").is_not_null())
+        .unique(subset=["event_id", "stat"], keep="last", maintain_order=True)
+        .pivot(on="stat", index="event_id", values="str_value")
+    )
+    for name in _GPU_DETAIL_STATS:
+        if name not in details.columns:
+            details = details.with_columns(pl.lit(None, dtype=pl.String).alias(name))
 
-        for metadata_id, md in plane.event_metadata.items():
-            metadata_rows.append(
-                (device_id, metadata_id, md.name, md.display_name, md.metadata,
-                 list(md.child_id), metadata_uses.get(metadata_id, 0))
-            )
-        device_rows.append(_device_row(device_id, plane, plane_stats, len(plane.lines), plane_events))
+    events = (
+        events.rename({"device_id": "plane"})
+        .join(ev_promoted, on="event_id", how="left", maintain_order="left")
+        .join(md_promoted, on=["plane", "metadata_id"], how="left", suffix="_md", maintain_order="left")
+        .with_columns(pl.coalesce(column, f"{column}_md").alias(column) for column in _PROMOTED_COLUMNS)
+        .drop([f"{column}_md" for column in _PROMOTED_COLUMNS])
+        .rename({"plane": "device_id"})
+        .join(metadata.select(pl.col("plane").alias("device_id"), "metadata_id", "name", "display_name"),
+              on=["device_id", "metadata_id"], how="left", maintain_order="left")
+        .join(lines.select("track_id", "line_name", "stream_id"), on="track_id", how="left", maintain_order="left")
+    )
+    # `XLA Modules` events are named like jit_f(1234) and carry no program_id stat.
+    module_name = pl.col("name").str.extract(r"^(.*)\((\d+)\)$", 1)
+    module_program = pl.col("name").str.extract(r"^(.*)\((\d+)\)$", 2).cast(pl.UInt64, strict=False)
+    on_module_line = (pl.col("line_name") == "XLA Modules") & pl.col("program_id").is_null() & module_program.is_not_null()
+    events = events.with_columns(
+        hlo_module=pl.when(on_module_line).then(pl.coalesce("hlo_module", module_name)).otherwise("hlo_module"),
+        program_id=pl.when(on_module_line).then(module_program).otherwise("program_id"),
+    )
+    if module_rows:  # TPU op events carry program_id only: name the module from the embedded HLO
+        modules = pl.DataFrame({"program_id": pl.Series([m["program_id"] for m in module_rows], dtype=pl.UInt64),
+                                "_module": [m["module"] for m in module_rows]}).unique("program_id", keep="first")
+        events = events.join(modules, on="program_id", how="left", maintain_order="left").with_columns(
+            hlo_module=pl.coalesce("hlo_module", "_module")).drop("_module")
 
-    if event_rows:
-        yield "events", _batch("events", event_rows)
-    if event_stat_rows:
-        yield "event_stats", _batch("event_stats", event_stat_rows)
-    yield "devices", _batch("devices", device_rows)
-    yield "device_stats", _batch("device_stats", device_stat_rows)
-    yield "tracks", _batch("tracks", track_rows)
-    yield "kernels", _batch("kernels", kernel_rows)
-    yield "memcpys", _batch("memcpys", memcpy_rows)
-    yield "api_calls", _batch("api_calls", api_rows)
-    yield "counters", _batch("counters", counter_rows)
-    yield "event_metadata", _batch("event_metadata", metadata_rows)
-    yield "metadata_stats", _batch("metadata_stats", metadata_stat_rows)
+    yield from _gpu_tables(events, details, kinds, batch_rows)
+    yield from _batches("events", events.sort("start_ps", "event_id", nulls_last=True), batch_rows)
+    yield from _batches("event_stats", rest, batch_rows)
 
+    counter_rows, unreadable = _counter_rows(raw, data, start_ns)
+    yield "counters", pa.RecordBatch.from_pylist(
+        [dict(zip(TABLES["counters"].names, row)) for row in counter_rows], schema=TABLES["counters"])
+
+    events_per_metadata = events.group_by("device_id", "metadata_id").len("n_events")
+    yield from _batches("event_metadata", metadata.rename({"plane": "device_id"}).join(
+        events_per_metadata, on=["device_id", "metadata_id"], how="left", maintain_order="left"
+    ).with_columns(pl.col("n_events").fill_null(0)), batch_rows)
+    yield from _batches("metadata_stats", md_stats.rename({"plane": "device_id"}), batch_rows)
+    yield from _batches("device_stats", plane_stats.rename({"plane": "device_id"}), batch_rows)
+
+    track_frame = lines.with_columns(
+        line_id=pl.Series(raw.line_id), display_id=pl.Series(raw.line_display_id),
+        display_name=pl.Series(raw.line_display_name, dtype=pl.String),
+        timestamp_ns=pl.Series(raw.line_timestamp_ns), duration_ps=pl.Series(raw.line_duration_ps),
+        n_events=pl.Series(raw.line_n_events), sort_index=pl.lit(None, dtype=pl.Int64),
+    ).rename({"line_name": "name"})
+    yield from _batches("tracks", track_frame, batch_rows)
+
+    per_plane_lines = np.bincount(raw.line_plane, minlength=len(planes))
+    per_plane_events = np.bincount(raw.line_plane, weights=raw.line_n_events, minlength=len(planes)).astype(np.int64)
+    device_rows = [
+        _device_row(i, plane, _plane_stat_values(plane), int(per_plane_lines[i]), int(per_plane_events[i]))
+        for i, plane in enumerate(planes)
+    ]
+    yield "devices", pa.RecordBatch.from_pylist([dict(zip(TABLES["devices"].names, r)) for r in device_rows],
+                                                 schema=TABLES["devices"])
+
+    producer = next((f"jax {values['jax_version']}" for values in map(_plane_stat_values, planes)
+                     if isinstance(values.get("jax_version"), str)), None)
+    task = next((_plane_stat_values(p) for p in planes if p.name == "Task Environment"), {})
     profile = {name: None for name in TABLES["profiles"].names}
     profile.update(
-        host=space.hostnames[0] if space.hostnames else None,
+        host=raw.hostnames[0] if raw.hostnames else None,
         format="xspace",
         start_ns=start_ns,
         duration_ps=end_ps if has_timed_events else 0,
-        n_events=event_id,
-        n_devices=len(space.planes),
-        dropped_events=0,
-        drop_reasons=[f"{unreadable_counters} counter values 0xFFFFFFFFFFFFFFFF (could not be read)"]
-        if unreadable_counters else [],
+        n_events=raw.n_events,
+        n_devices=len(planes),
         producer=producer,
-        errors=list(space.errors),
-        warnings=list(space.warnings),
-        profile_start_time_ns=profile_times.get("profile_start_time"),
-        profile_stop_time_ns=profile_times.get("profile_stop_time"),
+        dropped_events=0,
+        drop_reasons=[f"{unreadable} counter values 0xFFFFFFFFFFFFFFFF (could not be read)"] if unreadable else [],
+        errors=raw.errors,
+        warnings=raw.warnings,
+        profile_start_time_ns=_int_or_none(task.get("profile_start_time")),
+        profile_stop_time_ns=_int_or_none(task.get("profile_stop_time")),
     )
     yield "profiles", pa.RecordBatch.from_pylist([profile], schema=TABLES["profiles"])
 
 
-def _with_module(promoted: tuple, name: str | None, *, module_line: bool, modules: dict[int, str]) -> tuple:
-    """Fill hlo_module and program_id where the stats leave them out but the profile says them elsewhere."""
-    module, program = promoted[_HLO_MODULE], promoted[_PROGRAM_ID]
-    if module_line and program is None and name:
-        match = _MODULE_WITH_PROGRAM_ID.match(name)  # `XLA Modules` events are named like jit_f(1234)
-        if match:
-            module, program = module or match.group(1), int(match.group(2)) & 0xFFFFFFFFFFFFFFFF
-    if module is None and program is not None:
-        module = modules.get(program)  # TPU op events carry program_id only
-    if module is promoted[_HLO_MODULE] and program is promoted[_PROGRAM_ID]:
-        return promoted
-    values = list(promoted)
-    values[_HLO_MODULE], values[_PROGRAM_ID] = module, program
-    return tuple(values)
+def _gpu_tables(events: pl.DataFrame, details: pl.DataFrame, kinds: list[tuple[str, int | None]],
+                batch_rows: int) -> Iterator[tuple[str, pa.RecordBatch]]:
+    on_stream = events.filter(pl.col("stream_id").is_not_null()).join(details, on="event_id", how="left",
+                                                                      maintain_order="left")
+    copy_kind = pl.lit(None, dtype=pl.String)
+    for source in (pl.col("name"), pl.col("line_name").str.extract(r"\(([^)]*)\)", 1)):
+        for prefix, kind in _COPY_KINDS.items():
+            copy_kind = pl.when(copy_kind.is_null() & source.str.starts_with(prefix)).then(pl.lit(kind)).otherwise(copy_kind)
+    on_stream = on_stream.with_columns(copy_kind=copy_kind)
+    is_copy = pl.col("copy_kind").is_not_null() | pl.col("memcpy_details").is_not_null()
+
+    copies = on_stream.filter(is_copy).with_columns(
+        kind=pl.col("copy_kind"),
+        bytes=pl.col("memcpy_details").str.extract(r"(?:^|\s)size:(\d+)", 1).cast(pl.Int64, strict=False),
+        src_kind=pl.lit(None, dtype=pl.String), dst_kind=pl.lit(None, dtype=pl.String),
+    )
+    yield from _batches("memcpys", copies, batch_rows)
+
+    launch = pl.col("kernel_details")
+    shared = [launch.str.extract(_LAUNCH_FIELDS[k], 1).cast(pl.Int64, strict=False) for k in ("shm", "static_shm", "dynamic_shm")]
+    grid = launch.str.extract_groups(r"(?:^|\s)grid:(\d+),(\d+),(\d+)(?:\s|$)")
+    block = launch.str.extract_groups(r"(?:^|\s)block:(\d+),(\d+),(\d+)(?:\s|$)")
+    kernels = on_stream.filter(~is_copy).with_columns(
+        *(grid.struct.field(str(i + 1)).cast(pl.Int64).alias(f"grid_{axis}") for i, axis in enumerate("xyz")),
+        *(block.struct.field(str(i + 1)).cast(pl.Int64).alias(f"block_{axis}") for i, axis in enumerate("xyz")),
+        registers_per_thread=launch.str.extract(_LAUNCH_FIELDS["registers_per_thread"], 1).cast(pl.Int64, strict=False),
+        shared_memory_bytes=pl.when(pl.any_horizontal(s.is_not_null() for s in shared))
+        .then(pl.sum_horizontal(shared)),
+        occupancy_pct=launch.str.extract(_LAUNCH_FIELDS["occupancy_pct"], 1).cast(pl.Float64, strict=False),
+        framework_op=pl.coalesce("tf_op", "annotation"),
+    )
+    yield from _batches("kernels", kernels, batch_rows)
+
+    host_devices = [i for i, (kind, _) in enumerate(kinds) if kind == "host"]
+    calls = events.filter(pl.col("device_id").is_in(host_devices) & pl.col("correlation_id").is_not_null()).with_columns(
+        thread=pl.col("line_name"), api=pl.lit("launch"))
+    yield from _batches("api_calls", calls, batch_rows)
+
+
+def _counter_rows(raw: RawSpace, data: bytes, start_ns: int) -> tuple[list[tuple], int]:
+    """Counter values, from the planes that have any (rare): those planes are walked as protobuf objects."""
+    names_counter = [any(md.name == "counter_value" for md in plane.stat_metadata.values()) for plane in raw.planes]
+    counter_lines = {int(raw.line_plane[i]) for i, name in enumerate(raw.line_name) if name == counters.COUNTER_LINE}
+    wanted = [i for i, flag in enumerate(names_counter) if flag or i in counter_lines]
+    if not wanted:
+        return [], 0
+    space = xplane_pb2.XSpace()
+    space.ParseFromString(data)
+    first_event = np.concatenate([[0], np.cumsum(raw.line_n_events)])
+    first_line_of_plane = np.searchsorted(raw.line_plane, np.arange(len(raw.planes)))
+    rows: list[tuple] = []
+    unreadable = 0
+    for i in wanted:
+        track = int(first_line_of_plane[i])
+        plane_rows, plane_unreadable = counters.xspace_counter_rows(
+            space.planes[i], device_id=i, first_event_id=int(first_event[track]), first_track_id=track, start_ns=start_ns
+        )
+        rows.extend(plane_rows)
+        unreadable += plane_unreadable
+    return rows, unreadable
+
+
+def _plane_stat_values(plane: xplane_pb2.XPlane) -> dict[str, Any]:
+    names = {sid: md.name for sid, md in plane.stat_metadata.items()}
+    values: dict[str, Any] = {}
+    for stat in plane.stats:
+        which = stat.WhichOneof("value")
+        if which and stat.metadata_id in names:
+            value = getattr(stat, which)
+            values[names[stat.metadata_id]] = names.get(value) if which == "ref_value" else value
+    return values
+
+
+def _int_or_none(value: Any) -> int | None:
+    return value if isinstance(value, int) and _INT64[0] <= value <= _INT64[1] else None
 
 
 def _device_row(device_id: int, plane: xplane_pb2.XPlane, stats: dict[str, Any], n_tracks: int, n_events: int) -> tuple:
