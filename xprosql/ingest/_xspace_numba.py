@@ -13,8 +13,10 @@ from numba import njit
 __all__ = ["decode", "gather"]
 
 
-@njit(cache=True)
+@njit(cache=True, inline="always")
 def _varint(buf, pos, end):
+    if pos < end and buf[pos] < 0x80:  # most varints here are tags and small ids: one byte
+        return np.uint64(buf[pos]), pos + 1
     result = np.uint64(0)
     shift = 0
     while True:
@@ -31,7 +33,7 @@ def _varint(buf, pos, end):
             raise ValueError("varint longer than 10 bytes")
 
 
-@njit(cache=True)
+@njit(cache=True, inline="always")
 def _length(buf, pos, end):
     """A length-delimited field's payload range."""
     size, pos = _varint(buf, pos, end)
@@ -41,7 +43,7 @@ def _length(buf, pos, end):
     return pos, stop
 
 
-@njit(cache=True)
+@njit(cache=True, inline="always")
 def _skip(buf, pos, end, wire):
     if wire == 0:
         _, pos = _varint(buf, pos, end)
@@ -138,6 +140,11 @@ def _walk(buf, fill, plane_ranges, plane_skips, line_plane, line_ints, line_text
                             elif wire == 2 and field == 4:
                                 s_start, s_end = _length(buf, r, e_end)
                                 stat = counts[4]
+                                if not fill:  # counting: a stat's fields are read only when filling
+                                    counts[4] += 1
+                                    n_event_stats += 1
+                                    r = s_end
+                                    continue
                                 t = s_start
                                 while t < s_end:
                                     key, t = _varint(buf, t, s_end)

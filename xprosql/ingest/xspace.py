@@ -156,20 +156,21 @@ def _metadata_stats(planes: list[xplane_pb2.XPlane]) -> pl.DataFrame:
 
 def _resolve(stats: pl.DataFrame, stat_names: pl.DataFrame) -> pl.DataFrame:
     """Name each stat and type its value (the warehouse's stat value columns); refs become their string."""
-    kind_names = pl.DataFrame({"kind": pl.Series(list(STAT_KINDS), dtype=pl.Int8), "value_type": list(STAT_KINDS.values())})
-    refs = stat_names.rename({"stat_id": "int", "stat": "ref_name"})
     kind = pl.col("kind")
-    return (
-        stats.join(stat_names, on=["plane", "stat_id"], how="left", maintain_order="left")
-        .join(refs, on=["plane", "int"], how="left", maintain_order="left")
-        .join(kind_names, on="kind", how="left", maintain_order="left")
-        .with_columns(
-            int_value=pl.when(kind == 4).then(pl.col("int")),
-            uint_value=pl.when(kind == 3).then(pl.col("int").cast(pl.UInt64, wrap_numerical=True)),
-            double_value=pl.when(kind == 2).then(pl.col("double")),
-            str_value=pl.when(kind == 5).then(pl.col("str_text")).when(kind == 7).then(pl.col("ref_name")),
-            bytes_value=pl.when(kind == 6).then(pl.col("text")),
-        )
+    resolved = stats.join(stat_names, on=["plane", "stat_id"], how="left", maintain_order="left")
+    refs = resolved.select(pl.arg_where(kind == 7)).to_series()
+    ref_names = pl.Series("ref_name", [None] * resolved.height, dtype=pl.String)
+    if len(refs):  # interned strings are rare: look up only those
+        names = resolved[refs].select("plane", pl.col("int").alias("stat_id")).join(
+            stat_names, on=["plane", "stat_id"], how="left", maintain_order="left")["stat"]
+        ref_names = ref_names.scatter(refs, names)
+    return resolved.with_columns(
+        value_type=kind.replace_strict(STAT_KINDS, default=None, return_dtype=pl.String),
+        int_value=pl.when(kind == 4).then(pl.col("int")),
+        uint_value=pl.when(kind == 3).then(pl.col("int").cast(pl.UInt64, wrap_numerical=True)),
+        double_value=pl.when(kind == 2).then(pl.col("double")),
+        str_value=pl.when(kind == 5).then(pl.col("str_text")).otherwise(ref_names),
+        bytes_value=pl.when(kind == 6).then(pl.col("text")),
     )
 
 
@@ -195,23 +196,22 @@ def _converted(target: str) -> pl.Expr:
     )
 
 
-def _promote(resolved: pl.DataFrame, owner: list[str]) -> tuple[pl.DataFrame, pl.DataFrame]:
-    """Split stats into promoted columns (one row per owner; the last occurrence wins) and the rest."""
+def _promote(resolved: pl.DataFrame, owner: list[str]) -> tuple[dict[str, pl.DataFrame], pl.DataFrame]:
+    """Split stats into promoted values (column -> owner and value; the last occurrence wins) and the rest."""
     resolved = resolved.with_row_index("_row")
-    kept: list[pl.Series] = []
-    columns = resolved.select(owner).unique(maintain_order=True)
+    candidates = resolved.filter(pl.col("stat").is_in(list(PROMOTED_STATS)))
+    promoted: dict[str, pl.DataFrame] = {}
+    is_promoted = np.zeros(resolved.height, dtype=bool)
     for stat, (column, target) in PROMOTED_STATS.items():
-        candidates = (
-            resolved.filter(pl.col("stat") == stat)
+        values = (
+            candidates.filter(pl.col("stat") == stat)
             .with_columns(_converted(target).alias(column))
             .filter(pl.col(column).is_not_null())
             .unique(subset=owner, keep="last", maintain_order=True)
         )
-        kept.append(candidates["_row"])
-        columns = columns.join(candidates.select(*owner, column), on=owner, how="left", maintain_order="left")
-    promoted_rows = pl.concat(kept) if kept else pl.Series("_row", [], dtype=pl.UInt32)
-    rest = resolved.filter(~pl.col("_row").is_in(promoted_rows.implode())).drop("_row")
-    return columns, rest
+        is_promoted[values["_row"].to_numpy()] = True
+        promoted[column] = values.select(*owner, column)
+    return promoted, resolved.filter(pl.Series(~is_promoted)).drop("_row")
 
 
 # --- the decoder -------------------------------------------------------------------------------------
@@ -309,26 +309,32 @@ def _decode(raw: RawSpace, data: bytes, *, source: str, batch_rows: int) -> Iter
     small = _resolve(_metadata_stats(planes), stat_names)
     plane_stats = small.filter(pl.col("metadata_id").is_null())
     md_stats = small.filter(pl.col("metadata_id").is_not_null())
-    md_promoted, _ = _promote(md_stats, ["plane", "metadata_id"])
-    md_promoted = md_promoted.join(metadata.select("plane", "metadata_id", "name"), on=["plane", "metadata_id"],
-                                   how="full", coalesce=True)
-    # TPU op metadata is named "%op.1 = shape opcode(...)": the op's name is there when no stat says it.
-    md_promoted = md_promoted.with_columns(
-        pl.col("hlo_op").fill_null(pl.col("name").str.extract(r"^%([^\s=%]+) = ", 1))
-    ).drop("name")
+    md_values, _ = _promote(md_stats, ["plane", "metadata_id"])
+    md_defaults = metadata.select("plane", "metadata_id", "name")
+    for values in md_values.values():
+        md_defaults = md_defaults.join(values, on=["plane", "metadata_id"], how="left", maintain_order="left")
+    md_defaults = md_defaults.with_columns(
+        # TPU op metadata is named "%op.1 = shape opcode(...)": the op's name is there when no stat says it.
+        pl.col("hlo_op").fill_null(pl.col("name").str.extract(r"^%([^\s=%]+) = ", 1)),
+        # `XLA Modules` events are named like jit_f(1234) and carry no program_id stat.
+        name_module=pl.col("name").str.extract(r"^(.*)\((\d+)\)$", 1),
+        name_program=pl.col("name").str.extract(r"^(.*)\((\d+)\)$", 2).cast(pl.UInt64, strict=False),
+        display_name=metadata["display_name"],
+    ).with_columns(  # categorical: events repeat these strings; gathers and sorts then move codes only
+        pl.col("name", "display_name", "hlo_op", "category", "hlo_module", "name_module").cast(pl.Categorical))
 
     # Events, with their line and plane.
     n_lines = len(raw.line_plane)
     line_of_event = np.repeat(np.arange(n_lines, dtype=np.int32), raw.line_n_events)
+    plane_kind = np.array([kind for kind, _ in kinds] or ["other"])
     lines = pl.DataFrame({
-        "track_id": pl.Series(np.arange(n_lines, dtype=np.int32)),
         "device_id": pl.Series(raw.line_plane, dtype=pl.Int32),
-        "line_name": pl.Series(raw.line_name, dtype=pl.String),
+        "line_name": pl.Series(raw.line_name, dtype=pl.Categorical),
+        "is_gpu": pl.Series(plane_kind[raw.line_plane] == "gpu") if n_lines else pl.Series([], dtype=pl.Boolean),
     }).with_columns(
-        stream_id=pl.when(pl.col("device_id").replace_strict(
-            {i: k for i, (k, _) in enumerate(kinds)}, default=None, return_dtype=pl.String) == "gpu")
-        .then(pl.col("line_name").str.extract(r"^Stream #(\d+)", 1).cast(pl.Int64))
-    )
+        stream_id=pl.when("is_gpu").then(
+            pl.col("line_name").cast(pl.String).str.extract(r"^Stream #(\d+)", 1).cast(pl.Int64))
+    ).with_row_index("track_id").with_columns(pl.col("track_id").cast(pl.Int32))
     events = pl.DataFrame({
         "event_id": pl.Series(np.arange(raw.n_events, dtype=np.int64)),
         "track_id": pl.Series(line_of_event),
@@ -352,42 +358,44 @@ def _decode(raw: RawSpace, data: bytes, *, source: str, batch_rows: int) -> Iter
         ),
         stat_names,
     )
-    ev_promoted, rest = _promote(event_stats, ["event_id"])
-    details = (
-        event_stats.filter(pl.col("stat").is_in(_GPU_DETAIL_STATS) & pl.col("str_value").is_not_null())
-        .unique(subset=["event_id", "stat"], keep="last", maintain_order=True)
-        .pivot(on="stat", index="event_id", values="str_value")
-    )
-    for name in _GPU_DETAIL_STATS:
-        if name not in details.columns:
-            details = details.with_columns(pl.lit(None, dtype=pl.String).alias(name))
+    ev_values, rest = _promote(event_stats, ["event_id"])
 
-    events = (
-        events.rename({"device_id": "plane"})
-        .join(ev_promoted, on="event_id", how="left", maintain_order="left")
-        .join(md_promoted, on=["plane", "metadata_id"], how="left", suffix="_md", maintain_order="left")
-        .with_columns(pl.coalesce(column, f"{column}_md").alias(column) for column in _PROMOTED_COLUMNS)
-        .drop([f"{column}_md" for column in _PROMOTED_COLUMNS])
-        .rename({"plane": "device_id"})
-        .join(metadata.select(pl.col("plane").alias("device_id"), "metadata_id", "name", "display_name"),
-              on=["device_id", "metadata_id"], how="left", maintain_order="left")
-        .join(lines.select("track_id", "line_name", "stream_id"), on="track_id", how="left", maintain_order="left")
-    )
-    # `XLA Modules` events are named like jit_f(1234) and carry no program_id stat.
-    module_name = pl.col("name").str.extract(r"^(.*)\((\d+)\)$", 1)
-    module_program = pl.col("name").str.extract(r"^(.*)\((\d+)\)$", 2).cast(pl.UInt64, strict=False)
-    on_module_line = (pl.col("line_name") == "XLA Modules") & pl.col("program_id").is_null() & module_program.is_not_null()
+    # Each event's metadata row and line: gathers, not joins (events are many, metadata and lines few).
+    md_row = events.select("device_id", "metadata_id").rename({"device_id": "plane"}).join(
+        md_defaults.select("plane", "metadata_id").with_row_index("md_row"),
+        on=["plane", "metadata_id"], how="left", maintain_order="left",
+    )["md_row"]
+    columns = {}
+    for column in _PROMOTED_COLUMNS:
+        default = md_defaults[column].gather(md_row)
+        values = ev_values[column][column]
+        if values.height if isinstance(values, pl.DataFrame) else len(values):
+            columns[column] = default.scatter(ev_values[column]["event_id"], values.cast(default.dtype))
+        else:
+            columns[column] = default
+    track = events["track_id"]
+    on_module_line = (lines["line_name"] == "XLA Modules").gather(track)
     events = events.with_columns(
-        hlo_module=pl.when(on_module_line).then(pl.coalesce("hlo_module", module_name)).otherwise("hlo_module"),
-        program_id=pl.when(on_module_line).then(module_program).otherwise("program_id"),
+        name=md_defaults["name"].gather(md_row),
+        display_name=md_defaults["display_name"].gather(md_row),
+        line_name=lines["line_name"].gather(track),
+        stream_id=lines["stream_id"].gather(track),
+        **columns,
+    )
+    module_line = pl.lit(on_module_line) & pl.col("program_id").is_null()
+    events = events.with_columns(
+        hlo_module=pl.when(module_line).then(pl.coalesce("hlo_module", md_defaults["name_module"].gather(md_row)))
+        .otherwise("hlo_module"),
+        program_id=pl.when(module_line).then(md_defaults["name_program"].gather(md_row)).otherwise("program_id"),
     )
     if module_rows:  # TPU op events carry program_id only: name the module from the embedded HLO
         modules = pl.DataFrame({"program_id": pl.Series([m["program_id"] for m in module_rows], dtype=pl.UInt64),
-                                "_module": [m["module"] for m in module_rows]}).unique("program_id", keep="first")
+                                "_module": pl.Series([m["module"] for m in module_rows], dtype=pl.Categorical)},
+                               ).unique("program_id", keep="first")
         events = events.join(modules, on="program_id", how="left", maintain_order="left").with_columns(
             hlo_module=pl.coalesce("hlo_module", "_module")).drop("_module")
 
-    yield from _gpu_tables(events, details, kinds, batch_rows)
+    yield from _gpu_tables(events, event_stats, kinds, batch_rows)
     yield from _batches("events", events.sort("start_ps", "event_id", nulls_last=True), batch_rows)
     yield from _batches("event_stats", rest, batch_rows)
 
@@ -395,10 +403,9 @@ def _decode(raw: RawSpace, data: bytes, *, source: str, batch_rows: int) -> Iter
     yield "counters", pa.RecordBatch.from_pylist(
         [dict(zip(TABLES["counters"].names, row)) for row in counter_rows], schema=TABLES["counters"])
 
-    events_per_metadata = events.group_by("device_id", "metadata_id").len("n_events")
-    yield from _batches("event_metadata", metadata.rename({"plane": "device_id"}).join(
-        events_per_metadata, on=["device_id", "metadata_id"], how="left", maintain_order="left"
-    ).with_columns(pl.col("n_events").fill_null(0)), batch_rows)
+    uses = np.bincount(md_row.drop_nulls().to_numpy(), minlength=metadata.height)
+    yield from _batches("event_metadata", metadata.rename({"plane": "device_id"}).with_columns(
+        n_events=pl.Series(uses, dtype=pl.Int64)), batch_rows)
     yield from _batches("metadata_stats", md_stats.rename({"plane": "device_id"}), batch_rows)
     yield from _batches("device_stats", plane_stats.rename({"plane": "device_id"}), batch_rows)
 
@@ -441,12 +448,29 @@ def _decode(raw: RawSpace, data: bytes, *, source: str, batch_rows: int) -> Iter
     yield "profiles", pa.RecordBatch.from_pylist([profile], schema=TABLES["profiles"])
 
 
-def _gpu_tables(events: pl.DataFrame, details: pl.DataFrame, kinds: list[tuple[str, int | None]],
+def _gpu_tables(events: pl.DataFrame, event_stats: pl.DataFrame, kinds: list[tuple[str, int | None]],
                 batch_rows: int) -> Iterator[tuple[str, pa.RecordBatch]]:
-    on_stream = events.filter(pl.col("stream_id").is_not_null()).join(details, on="event_id", how="left",
-                                                                      maintain_order="left")
+    on_stream = events.filter(pl.col("stream_id").is_not_null())
+    host_devices = [i for i, (kind, _) in enumerate(kinds) if kind == "host"]
+    calls = events.filter(pl.col("device_id").is_in(host_devices) & pl.col("correlation_id").is_not_null()).with_columns(
+        thread=pl.col("line_name"), api=pl.lit("launch"))
+    yield from _batches("api_calls", calls, batch_rows)
+    if on_stream.height == 0:
+        for table in ("memcpys", "kernels"):
+            yield table, pa.RecordBatch.from_pylist([], schema=TABLES[table])
+        return
+    details = (
+        event_stats.filter(pl.col("stat").is_in(_GPU_DETAIL_STATS) & pl.col("str_value").is_not_null())
+        .unique(subset=["event_id", "stat"], keep="last", maintain_order=True)
+        .pivot(on="stat", index="event_id", values="str_value")
+        if on_stream.height else pl.DataFrame({"event_id": pl.Series([], dtype=pl.Int64)})
+    )
+    for name in _GPU_DETAIL_STATS:
+        if name not in details.columns:
+            details = details.with_columns(pl.lit(None, dtype=pl.String).alias(name))
+    on_stream = on_stream.join(details, on="event_id", how="left", maintain_order="left")
     copy_kind = pl.lit(None, dtype=pl.String)
-    for source in (pl.col("name"), pl.col("line_name").str.extract(r"\(([^)]*)\)", 1)):
+    for source in (pl.col("name").cast(pl.String), pl.col("line_name").cast(pl.String).str.extract(r"\(([^)]*)\)", 1)):
         for prefix, kind in _COPY_KINDS.items():
             copy_kind = pl.when(copy_kind.is_null() & source.str.starts_with(prefix)).then(pl.lit(kind)).otherwise(copy_kind)
     on_stream = on_stream.with_columns(copy_kind=copy_kind)
@@ -474,21 +498,20 @@ def _gpu_tables(events: pl.DataFrame, details: pl.DataFrame, kinds: list[tuple[s
     )
     yield from _batches("kernels", kernels, batch_rows)
 
-    host_devices = [i for i, (kind, _) in enumerate(kinds) if kind == "host"]
-    calls = events.filter(pl.col("device_id").is_in(host_devices) & pl.col("correlation_id").is_not_null()).with_columns(
-        thread=pl.col("line_name"), api=pl.lit("launch"))
-    yield from _batches("api_calls", calls, batch_rows)
-
 
 def _counter_rows(raw: RawSpace, data: bytes, start_ns: int) -> tuple[list[tuple], int]:
-    """Counter values, from the planes that have any (rare): those planes are walked as protobuf objects."""
-    names_counter = [any(md.name == "counter_value" for md in plane.stat_metadata.values()) for plane in raw.planes]
+    """Counter values of the planes that have any (rare); planes with counter events are walked as protobuf."""
     counter_lines = {int(raw.line_plane[i]) for i, name in enumerate(raw.line_name) if name == counters.COUNTER_LINE}
-    wanted = [i for i, flag in enumerate(names_counter) if flag or i in counter_lines]
+    has_events = {i for i, plane in enumerate(raw.planes)
+                  if i in counter_lines or any(md.name == "counter_value" for md in plane.stat_metadata.values())}
+    wanted = [i for i, plane in enumerate(raw.planes) if i in has_events or counters.has_counters(plane)]
     if not wanted:
         return [], 0
-    space = xplane_pb2.XSpace()
-    space.ParseFromString(data)
+    planes = list(raw.planes)
+    if has_events:
+        space = xplane_pb2.XSpace()
+        space.ParseFromString(data)
+        planes = list(space.planes)
     first_event = np.concatenate([[0], np.cumsum(raw.line_n_events)])
     first_line_of_plane = np.searchsorted(raw.line_plane, np.arange(len(raw.planes)))
     rows: list[tuple] = []
@@ -496,7 +519,7 @@ def _counter_rows(raw: RawSpace, data: bytes, start_ns: int) -> tuple[list[tuple
     for i in wanted:
         track = int(first_line_of_plane[i])
         plane_rows, plane_unreadable = counters.xspace_counter_rows(
-            space.planes[i], device_id=i, first_event_id=int(first_event[track]), first_track_id=track, start_ns=start_ns
+            planes[i], device_id=i, first_event_id=int(first_event[track]), first_track_id=track, start_ns=start_ns
         )
         rows.extend(plane_rows)
         unreadable += plane_unreadable
