@@ -22,6 +22,7 @@ from collections import Counter
 from collections.abc import Iterator
 from typing import Any
 
+import msgspec
 import pyarrow as pa
 
 from xprosql.errors import IngestError
@@ -39,8 +40,32 @@ _PROMOTED_ARGS = {"correlation": "correlation_id"}
 _INT64_MAX = 2**63 - 1
 
 
-def load_trace(data: bytes, source: str) -> dict[str, Any]:
-    """Decompress (if gzipped) and parse a trace, or raise :class:`IngestError` saying what is wrong."""
+class _Event(msgspec.Struct, gc=False):
+    """One trace event: the Chrome trace fields Kineto writes (others are ignored)."""
+
+    ph: Any = None
+    cat: Any = None
+    name: Any = None
+    pid: Any = None
+    tid: Any = None
+    ts: Any = None
+    dur: Any = None
+    args: Any = None
+    id: Any = None
+    bp: Any = None
+
+
+_FIELDS = _Event.__struct_fields__
+_TOP = msgspec.json.Decoder(dict[str, msgspec.Raw])
+_EVENTS = msgspec.json.Decoder(list[_Event])
+
+
+def load_trace(data: bytes, source: str) -> tuple[dict[str, Any], list[_Event | None]]:
+    """Decompress (if gzipped) and parse a trace: its top-level fields and its events.
+
+    Entries of traceEvents that are not objects come back as None. Raises
+    :class:`IngestError` saying what is wrong when the file is not a trace.
+    """
     if not data:
         raise IngestError(source, "empty file (0 bytes)")
     if data[:2] == b"\x1f\x8b":
@@ -49,18 +74,27 @@ def load_trace(data: bytes, source: str) -> dict[str, Any]:
         except (EOFError, OSError, zlib.error) as exc:
             raise IngestError(source, f"truncated or corrupt gzip: {exc}") from None
     try:
-        trace = json.loads(data)
-    except UnicodeDecodeError:
-        raise IngestError(source, "not a JSON trace (binary data)") from None
-    except json.JSONDecodeError as exc:
-        raise IngestError(source, f"invalid JSON (truncated or corrupt) at line {exc.lineno} column {exc.colno}: {exc.msg}") from None
-    if isinstance(trace, list):  # the Chrome trace array form
-        trace = {"traceEvents": trace}
-    if not isinstance(trace, dict) or not isinstance(trace.get("traceEvents"), list):
-        raise IngestError(source, "JSON without a traceEvents list: not a PyTorch/Kineto trace")
-    if not trace["traceEvents"]:
+        if data.lstrip()[:1] == b"[":  # the Chrome trace array form
+            top, raw_events = {}, msgspec.Raw(data)
+        else:
+            fields = _TOP.decode(data)
+            if "traceEvents" not in fields:
+                raise IngestError(source, "JSON without a traceEvents list: not a PyTorch/Kineto trace")
+            raw_events = fields.pop("traceEvents")
+            top = {key: msgspec.json.decode(value) for key, value in fields.items()}
+        try:
+            events: list[_Event | None] = list(_EVENTS.decode(raw_events))
+        except msgspec.ValidationError:  # some entries are not event objects: convert one by one
+            generic = msgspec.json.decode(raw_events)
+            if not isinstance(generic, list):
+                raise IngestError(source, "JSON without a traceEvents list: not a PyTorch/Kineto trace") from None
+            events = [_Event(**{k: v for k, v in e.items() if k in _FIELDS}) if isinstance(e, dict) else None
+                      for e in generic]
+    except msgspec.DecodeError as exc:
+        raise IngestError(source, f"invalid JSON (truncated or corrupt): {exc}") from None
+    if not events:
         raise IngestError(source, "trace has no events (empty traceEvents)")
-    return trace
+    return top, events
 
 
 def _batch(table: str, rows: list[tuple]) -> pa.RecordBatch:
@@ -111,26 +145,14 @@ def _triple(value: Any) -> tuple[int | None, int | None, int | None]:
     return None, None, None
 
 
-class _Clock:
-    """Kineto µs floats to integer ns: relative to baseTimeNanoseconds (new) or absolute (old)."""
-
-    def __init__(self, base_ns: int) -> None:
-        self.base_ns = base_ns
-
-    def ns(self, ts: float) -> int:
-        return round(ts * 1000) + self.base_ns
-
-
 def decode_kineto(data: bytes, *, source: str) -> Iterator[tuple[str, pa.RecordBatch]]:
     """Decode one Kineto trace into warehouse record batches; the ``profiles`` row comes last.
 
     Single malformed events are skipped and counted in ``profiles.drop_reasons``;
     a file that is not a trace raises :class:`IngestError` naming ``source``.
     """
-    trace = load_trace(data, source)
-    events = trace["traceEvents"]
+    trace, events = load_trace(data, source)
     base = _int(trace.get("baseTimeNanoseconds")) or 0
-    clock = _Clock(base)
     dropped: Counter[str] = Counter()
 
     # Pass 1: what each pid and (pid, tid) is, and the time origin.
@@ -141,12 +163,12 @@ def decode_kineto(data: bytes, *, source: str) -> Iterator[tuple[str, pa.RecordB
     track_order: dict[tuple[Any, Any], None] = {}
     start_ns: int | None = None
     for event in events:
-        if not isinstance(event, dict):
+        if event is None:
             continue
-        ph, pid, tid = event.get("ph"), event.get("pid"), event.get("tid")
+        ph, pid, tid = event.ph, event.pid, event.tid
         if ph == "M":
-            args = event.get("args") if isinstance(event.get("args"), dict) else {}
-            name = event.get("name")
+            args = event.args if isinstance(event.args, dict) else {}
+            name = event.name
             if name == "thread_name" and "name" in args:
                 thread_names[(pid, tid)] = str(args["name"])
             elif name == "thread_sort_index" and _int(args.get("sort_index")) is not None:
@@ -156,12 +178,12 @@ def decode_kineto(data: bytes, *, source: str) -> Iterator[tuple[str, pa.RecordB
             continue
         if ph in ("s", "t", "f"):
             track_order.setdefault((pid, tid), None)
-        if ph not in ("X", "i", "I") or not isinstance(event.get("ts"), (int, float)):
+        if ph not in ("X", "i", "I") or not isinstance(event.ts, (int, float)):
             continue
-        if event.get("cat") in GPU_CATEGORIES:
+        if event.cat in GPU_CATEGORIES:
             gpu_pids.add(pid)
         track_order.setdefault((pid, tid), None)
-        ts_ns = clock.ns(event["ts"])
+        ts_ns = round(event.ts * 1000) + base  # µs floats to integer ns
         start_ns = ts_ns if start_ns is None else min(start_ns, ts_ns)
     if start_ns is None:
         raise IngestError(source, "trace has no timed events (no X or i event with a numeric ts)")
@@ -195,68 +217,85 @@ def decode_kineto(data: bytes, *, source: str) -> Iterator[tuple[str, pa.RecordB
         track_rows.append([device_of[pid], track_id, _int(tid), None, name, None, None, None, 0,
                            thread_sort.get(key), stream_id])
 
-    # Pass 2: events and what derives from them.
-    event_rows, stat_rows, flow_rows = [], [], []
+    # Pass 2: events and what derives from them. Event columns are built as lists, one per column.
+    ev_device, ev_track, ev_name, ev_start, ev_dur, ev_correlation, ev_category = [], [], [], [], [], [], []
+    st_event, st_name, st_value = [], [], []
+    stat_rows, flow_rows = [], []
     kernel_rows, memcpy_rows, api_rows, counter_rows = [], [], [], []
     framework_ops: dict[int, tuple[int, str]] = {}  # External id -> (dur, cpu_op name): the innermost wins
     pending_kernels: list[tuple[int, list]] = []
     n_ranges = 0
     end_ps = 0
+    base_ns = base - start_ns
     for event in events:
-        if not isinstance(event, dict):
+        if event is None:
             dropped["non-object entries in traceEvents"] += 1
             continue
-        ph = event.get("ph")
+        ph = event.ph
         if ph == "M":
             continue  # folded into devices, device_stats and tracks above
+        ts = event.ts
         if ph in ("s", "t", "f"):
-            flow = _int(event.get("id"))
-            key = (event.get("pid"), event.get("tid"))
-            if flow is None or not isinstance(event.get("ts"), (int, float)) or key not in track_of:
+            flow = _int(event.id)
+            key = (event.pid, event.tid)
+            if flow is None or not isinstance(ts, (int, float)) or key not in track_of:
                 dropped[f"{ph} flow events without id, ts or a known thread"] += 1
                 continue
-            flow_rows.append((flow, event.get("cat"), ph, track_of[key],
-                              (clock.ns(event["ts"]) - start_ns) * 1000, event.get("bp")))
+            flow_rows.append((flow, event.cat, ph, track_of[key], (round(ts * 1000) + base_ns) * 1000, event.bp))
             continue
         if ph not in ("X", "i", "I"):
             dropped[f"events of phase {ph!r} (not X, i, s, t, f or M)"] += 1
             continue
-        ts = event.get("ts")
         if not isinstance(ts, (int, float)):
             dropped[f"{ph} events without a numeric ts"] += 1
             continue
-        dur = event.get("dur", 0) if ph == "X" else 0
+        dur = (0 if event.dur is None else event.dur) if ph == "X" else 0
         if not isinstance(dur, (int, float)) or dur < 0:
             dropped["X events without a numeric, non-negative dur"] += 1
             continue
-        event_id = len(event_rows)
-        key = (event.get("pid"), event.get("tid"))
+        event_id = len(ev_start)
+        key = (event.pid, event.tid)
         device_id, track_id = device_of[key[0]], track_of[key]
         track_counts[track_id] += 1
-        start = (clock.ns(ts) - start_ns) * 1000
+        start = (round(ts * 1000) + base_ns) * 1000
         dur_ps = round(dur * 1_000_000)
         end_ps = max(end_ps, start + dur_ps)
-        category, name = event.get("cat"), event.get("name")
+        category, name = event.cat, event.name
         name = None if name is None else str(name)
-        args = event.get("args") if isinstance(event.get("args"), dict) else {}
-        correlation = _int(args.get("correlation"))
-        event_rows.append((event_id, device_id, track_id, None, name, None, start, dur_ps, None,
-                           None, None, None, None, None, correlation, category, None, None, None, None, None))
+        args = event.args if isinstance(event.args, dict) else {}
+        correlation = args.get("correlation")
+        if type(correlation) is not int:
+            correlation = _int(correlation)
+        ev_device.append(device_id)
+        ev_track.append(track_id)
+        ev_name.append(name)
+        ev_start.append(start)
+        ev_dur.append(dur_ps)
+        ev_correlation.append(correlation)
+        ev_category.append(category)
         for arg, value in args.items():
-            if arg in _PROMOTED_ARGS and _int(value) is not None:
+            if arg == "correlation" and correlation is not None:
                 continue
-            stat_rows.append(_stat_row((event_id,), arg, value))
+            st_event.append(event_id)
+            st_name.append(arg)
+            st_value.append(value)
         if ph != "X":
-            stat_rows.append(_stat_row((event_id,), "ph", ph))
+            st_event.append(event_id)
+            st_name.append("ph")
+            st_value.append(ph)
+        if category is None:
+            continue
 
         external = _int(args.get("External id"))
+        if category == "cpu_op":
+            if external is not None and name is not None:
+                if external not in framework_ops or dur_ps < framework_ops[external][0]:
+                    framework_ops[external] = (dur_ps, name)
+            continue
         stream = _int(args.get("stream"))
         if stream is None:
             stream = track_rows[track_id][10]
-        if category == "cpu_op" and external is not None and name is not None:
-            if external not in framework_ops or dur_ps < framework_ops[external][0]:
-                framework_ops[external] = (dur_ps, name)
-        elif category == "kernel":
+        if category == "kernel":
             row = [event_id, device_id, track_id, stream, name, start, dur_ps, correlation,
                    *_triple(args.get("grid")), *_triple(args.get("block")),
                    _int(args.get("registers per thread")), _int(args.get("shared memory")),
@@ -284,8 +323,18 @@ def decode_kineto(data: bytes, *, source: str) -> Iterator[tuple[str, pa.RecordB
     for track_id, count in track_counts.items():
         track_rows[track_id][8] = count
 
-    yield "events", _batch("events", event_rows)
-    yield "event_stats", _batch("event_stats", stat_rows)
+    n_events = len(ev_start)
+    nulls = pa.nulls(n_events)
+    event_columns = {
+        "event_id": pa.array(range(n_events), pa.int64()), "device_id": pa.array(ev_device, pa.int32()),
+        "track_id": pa.array(ev_track, pa.int32()), "name": pa.array(ev_name, pa.string()),
+        "start_ps": pa.array(ev_start, pa.int64()), "dur_ps": pa.array(ev_dur, pa.int64()),
+        "correlation_id": pa.array(ev_correlation, pa.int64()), "category": pa.array(ev_category, pa.string()),
+    }
+    yield "events", pa.RecordBatch.from_arrays(
+        [event_columns[f.name].cast(f.type) if f.name in event_columns else nulls.cast(f.type) for f in TABLES["events"]],
+        schema=TABLES["events"])
+    yield "event_stats", _stat_batch(st_event, st_name, st_value)
     for row in device_rows:  # n_tracks, n_events
         row[13] = sum(1 for track in track_rows if track[0] == row[0])
         row[14] = sum(track[8] for track in track_rows if track[0] == row[0])
@@ -306,17 +355,38 @@ def decode_kineto(data: bytes, *, source: str) -> Iterator[tuple[str, pa.RecordB
         host=recorder.get("host") if recorder else None,
         start_ns=start_ns,
         duration_ps=end_ps,
-        n_events=len(event_rows),
+        n_events=n_events,
         n_devices=len(device_rows),
         rank=_int(distributed.get("rank")),
         world_size=_int(distributed.get("world_size")),
-        trace_metadata=json.dumps({k: v for k, v in trace.items() if k != "traceEvents"}),
+        trace_metadata=json.dumps(trace),
         dropped_events=sum(dropped.values()),
         drop_reasons=[f"{n} {reason}" for reason, n in sorted(dropped.items())],
         errors=[],
         warnings=[],
     )
     yield "profiles", pa.RecordBatch.from_pylist([profile], schema=TABLES["profiles"])
+
+
+def _stat_batch(owners: list[int], names: list[str], values: list[Any]) -> pa.RecordBatch:
+    """event_stats from parallel lists: each value goes to the column of its type."""
+    types = [type(v) for v in values]
+    simple = {int: "int64", float: "double", str: "str"}
+    kinds = [simple.get(t) for t in types]
+    ints = [v if t is int and -(2**63) <= v < 2**63 else None for v, t in zip(values, types)]
+    doubles = [v if t is float else None for v, t in zip(values, types)]
+    texts = [v if t is str else None for v, t in zip(values, types)]
+    uints: list[int | None] = [None] * len(values)
+    for i, (value, kind, integer) in enumerate(zip(values, kinds, ints)):
+        if kind is None or (kind == "int64" and integer is None):  # bool, big ints, lists, objects
+            row = _stat_row((), "", value)
+            kinds[i], ints[i], uints[i], doubles[i], texts[i] = row[1:6]
+    columns = [
+        pa.array(owners, pa.int64()), pa.array(names, pa.string()).dictionary_encode(),
+        pa.array(kinds, pa.string()).dictionary_encode(), pa.array(ints, pa.int64()), pa.array(uints, pa.uint64()),
+        pa.array(doubles, pa.float64()), pa.array(texts, pa.string()), pa.nulls(len(owners), pa.binary()),
+    ]
+    return pa.RecordBatch.from_arrays(columns, schema=TABLES["event_stats"])
 
 
 def _float(value: Any) -> float | None:
