@@ -82,6 +82,8 @@ def test_times_in_both_conventions(kineto_run: xprosql.Run) -> None:
         got = kineto_run.sql("SELECT start_ps, dur_ps FROM events WHERE profile_id = $p", {"p": pid}).rows()
         assert sorted((start // 1000 + start_ns, dur) for start, dur in got) == expected
         assert start_ns == expected[0][0]
+        stored = [start for start, _ in got]
+        assert stored == sorted(stored), "events are stored in time order"
 
 
 def test_devices_ranks_and_metadata(kineto_run: xprosql.Run) -> None:

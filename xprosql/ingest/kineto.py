@@ -331,9 +331,11 @@ def decode_kineto(data: bytes, *, source: str) -> Iterator[tuple[str, pa.RecordB
         "start_ps": pa.array(ev_start, pa.int64()), "dur_ps": pa.array(ev_dur, pa.int64()),
         "correlation_id": pa.array(ev_correlation, pa.int64()), "category": pa.array(ev_category, pa.string()),
     }
-    yield "events", pa.RecordBatch.from_arrays(
+    events = pa.Table.from_arrays(
         [event_columns[f.name].cast(f.type) if f.name in event_columns else nulls.cast(f.type) for f in TABLES["events"]],
         schema=TABLES["events"])
+    # Stored sorted by time, as every decoder yields them, so range filters skip row groups.
+    yield from (("events", batch) for batch in events.sort_by([("start_ps", "ascending"), ("event_id", "ascending")]).to_batches())
     yield "event_stats", _stat_batch(st_event, st_name, st_value)
     for row in device_rows:  # n_tracks, n_events
         row[13] = sum(1 for track in track_rows if track[0] == row[0])
