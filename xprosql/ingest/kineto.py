@@ -36,7 +36,6 @@ __all__ = ["decode_kineto", "load_trace", "GPU_CATEGORIES"]
 GPU_CATEGORIES = frozenset({"kernel", "gpu_memcpy", "gpu_memset", "gpu_user_annotation", "cuda_sync"})
 _API_CATEGORIES = {"cuda_runtime": "runtime", "cuda_driver": "driver"}
 _COPY_NAME = re.compile(r"^Mem(cpy|set)\s*(\w+)?\s*(?:\((\w+)(?:\s*->\s*(\w+))?\))?")
-_PROMOTED_ARGS = {"correlation": "correlation_id"}
 _INT64_MAX = 2**63 - 1
 
 
@@ -220,7 +219,7 @@ def decode_kineto(data: bytes, *, source: str) -> Iterator[tuple[str, pa.RecordB
     # Pass 2: events and what derives from them. Event columns are built as lists, one per column.
     ev_device, ev_track, ev_name, ev_start, ev_dur, ev_correlation, ev_category = [], [], [], [], [], [], []
     st_event, st_name, st_value = [], [], []
-    stat_rows, flow_rows = [], []
+    flow_rows: list[tuple] = []
     kernel_rows, memcpy_rows, api_rows, counter_rows = [], [], [], []
     framework_ops: dict[int, tuple[int, str]] = {}  # External id -> (dur, cpu_op name): the innermost wins
     pending_kernels: list[tuple[int, list]] = []
