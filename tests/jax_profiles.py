@@ -14,6 +14,7 @@ run JAX_STEP_RUNS times under ``jax.profiler.trace``.
 from __future__ import annotations
 
 import importlib.util
+import json
 import os
 import subprocess
 import sys
@@ -39,6 +40,7 @@ JAX_STEP_HLO_TEXT = "jit_step.hlo.txt"
 
 _PROGRAM = textwrap.dedent(
     """
+    import json
     import sys
     from pathlib import Path
 
@@ -65,7 +67,11 @@ _PROGRAM = textwrap.dedent(
     with jax.profiler.trace(str(logdir)):
         for _ in range(runs):
             jax.block_until_ready(step(*args))
-    (logdir / sys.argv[3]).write_text(step.lower(*args).compile().as_text())
+    compiled = step.lower(*args).compile()
+    (logdir / sys.argv[3]).write_text(compiled.as_text())
+    cost = compiled.cost_analysis()
+    cost = cost[0] if isinstance(cost, list) else cost
+    (logdir / "jit_step.cost_analysis.txt").write_text(json.dumps({k: float(v) for k, v in cost.items()}))
     """
 )
 
@@ -100,3 +106,163 @@ def make_jax_cpu_profile(logdir: Path, *, timeout_s: float = 180.0) -> Path:
     if not found:
         raise RuntimeError(f"JAX wrote no *.xplane.pb under {logdir}")
     return found[-1]
+
+
+# --- Steps variant: a training-style loop marked with jax.profiler.StepTraceAnnotation ---
+
+# Name JAX gives each step's host annotation, and the step numbers the program marks.
+JAX_STEPS_NAME = "train"
+JAX_STEPS_NUMBERS: list[int] = [10, 11, 12, 13]
+
+_STEPS_PROGRAM = textwrap.dedent(
+    """
+    import sys
+    from pathlib import Path
+
+    import jax
+    import jax.numpy as jnp
+    import numpy as np
+
+    logdir, name = Path(sys.argv[1]), sys.argv[2]
+    steps = [int(s) for s in sys.argv[3].split(",")]
+
+    @jax.jit
+    def train_step(w, x):
+        loss, grad = jax.value_and_grad(lambda w: jnp.mean(jnp.tanh(x @ w) ** 2))(w)
+        return w - 0.1 * grad, loss
+
+    rng = np.random.default_rng(0)
+    w = rng.standard_normal((256, 256), dtype=np.float32)
+    x = rng.standard_normal((128, 256), dtype=np.float32)
+    jax.block_until_ready(train_step(w, x))  # compile outside the trace
+    with jax.profiler.trace(str(logdir)):
+        for step in steps:
+            with jax.profiler.StepTraceAnnotation(name, step_num=step):
+                w, loss = train_step(w, x)
+                jax.block_until_ready(loss)
+    """
+)
+
+
+def make_jax_steps_profile(logdir: Path, *, timeout_s: float = 180.0) -> Path:
+    """Profile a jitted train step run once per :data:`JAX_STEPS_NUMBERS`, each inside
+    ``jax.profiler.StepTraceAnnotation(JAX_STEPS_NAME, step_num=N)``; return its ``*.xplane.pb``.
+
+    Example:
+        >>> make_jax_steps_profile(tmp_path / "steps")              # doctest: +SKIP
+        PosixPath('.../plugins/profile/2025_01_01_00_00_00/host.xplane.pb')
+    """
+    logdir = Path(logdir)
+    logdir.mkdir(parents=True, exist_ok=True)
+    env = dict(os.environ, JAX_PLATFORMS="cpu")
+    env.pop("XLA_FLAGS", None)
+    numbers = ",".join(str(n) for n in JAX_STEPS_NUMBERS)
+    proc = subprocess.run(
+        [sys.executable, "-c", _STEPS_PROGRAM, str(logdir), JAX_STEPS_NAME, numbers],
+        env=env, capture_output=True, text=True, timeout=timeout_s, check=False,
+    )
+    if proc.returncode != 0:
+        raise RuntimeError(f"JAX steps program failed (rc={proc.returncode}):\n{proc.stderr[-4000:]}")
+    found = sorted(logdir.glob("plugins/profile/*/*.xplane.pb"), key=lambda p: p.stat().st_mtime)
+    if not found:
+        raise RuntimeError(f"JAX wrote no *.xplane.pb under {logdir}")
+    return found[-1]
+
+
+__all__ += ["JAX_STEPS_NAME", "JAX_STEPS_NUMBERS", "make_jax_steps_profile"]
+
+
+# --- Roofline variants: a matmul-heavy MLP step and an elementwise-heavy step ---
+#
+# Each writes, beside its run folders, XLA's own cost analysis of the compiled
+# module (``<module>.cost_analysis.txt``, JSON text: flops, transcendentals, bytes
+# accessed; not *.json, which ingest would take for a Kineto trace): the
+# oracle for costs derived from the HLO.
+
+# program -> (module name JAX gives it, argument shapes)
+JAX_ROOFLINE_PROGRAMS: dict[str, tuple[str, list[tuple[int, ...]]]] = {
+    # relu(x @ w1 + b1) @ w2 + b2: two 256x512x1024 matmuls dominate.
+    "mlp": ("jit_mlp_step", [(256, 512), (512, 1024), (1024,), (1024, 512), (512,)]),
+    # seven elementwise ops over 1024x1024 f32 arrays: bytes dominate.
+    "elementwise": ("jit_elementwise_step", [(1024, 1024), (1024, 1024), (1024, 1024)]),
+}
+JAX_ROOFLINE_RUNS = 5
+
+_ROOFLINE_PROGRAM = textwrap.dedent(
+    """
+    import json
+    import sys
+    from pathlib import Path
+
+    import jax
+    import numpy as np
+
+    logdir, which, runs = Path(sys.argv[1]), sys.argv[2], int(sys.argv[3])
+    shapes = json.loads(sys.argv[4])
+
+    @jax.jit
+    def mlp_step(x, w1, b1, w2, b2):
+        h = jax.nn.relu(x @ w1 + b1)
+        return h @ w2 + b2
+
+    @jax.jit
+    def elementwise_step(a, b, c):
+        return (a * b + c) * 0.5 - a / (b * b + 1.0)
+
+    step = {"mlp": mlp_step, "elementwise": elementwise_step}[which]
+    rng = np.random.default_rng(0)
+    args = [rng.standard_normal(tuple(s), dtype=np.float32) for s in shapes]
+    jax.block_until_ready(step(*args))  # compile outside the trace
+    with jax.profiler.trace(str(logdir)):
+        for _ in range(runs):
+            jax.block_until_ready(step(*args))
+    cost = step.lower(*args).compile().cost_analysis()
+    cost = cost[0] if isinstance(cost, list) else cost
+    (logdir / sys.argv[5]).write_text(json.dumps({k: float(v) for k, v in cost.items()}))
+    """
+)
+
+_SESSION_PROFILES: dict[str, Path] = {}
+
+
+def make_jax_roofline_profile(logdir: Path, program: str, *, timeout_s: float = 180.0) -> Path:
+    """Profile one of :data:`JAX_ROOFLINE_PROGRAMS` on the JAX CPU backend; return its ``*.xplane.pb``.
+
+    Also writes ``logdir/<module>.cost_analysis.txt`` (see :func:`jax_cost_analysis`).
+
+    Example:
+        >>> make_jax_roofline_profile(tmp_path / "mlp", "mlp")        # doctest: +SKIP
+    """
+    module, shapes = JAX_ROOFLINE_PROGRAMS[program]
+    logdir = Path(logdir)
+    logdir.mkdir(parents=True, exist_ok=True)
+    env = dict(os.environ, JAX_PLATFORMS="cpu")
+    env.pop("XLA_FLAGS", None)
+    proc = subprocess.run(
+        [sys.executable, "-c", _ROOFLINE_PROGRAM, str(logdir), program, str(JAX_ROOFLINE_RUNS),
+         json.dumps(shapes), f"{module}.cost_analysis.txt"],
+        env=env, capture_output=True, text=True, timeout=timeout_s, check=False,
+    )
+    if proc.returncode != 0:
+        raise RuntimeError(f"JAX {program} program failed (rc={proc.returncode}):\n{proc.stderr[-4000:]}")
+    found = sorted(logdir.glob("plugins/profile/*/*.xplane.pb"), key=lambda p: p.stat().st_mtime)
+    if not found:
+        raise RuntimeError(f"JAX wrote no *.xplane.pb under {logdir}")
+    return found[-1]
+
+
+def session_roofline_profile(program: str, base: Path) -> Path:
+    """:func:`make_jax_roofline_profile` once per test session (cached by program), under ``base``."""
+    if program not in _SESSION_PROFILES:
+        _SESSION_PROFILES[program] = make_jax_roofline_profile(Path(base) / program, program)
+    return _SESSION_PROFILES[program]
+
+
+def jax_cost_analysis(profile: Path, module: str) -> dict[str, float]:
+    """XLA's cost analysis of ``module`` that the program wrote beside ``profile``'s run folders."""
+    logdir = Path(profile).parents[3]  # <logdir>/plugins/profile/<run>/<host>.xplane.pb
+    return json.loads((logdir / f"{module}.cost_analysis.txt").read_text())
+
+
+__all__ += ["JAX_ROOFLINE_PROGRAMS", "JAX_ROOFLINE_RUNS", "jax_cost_analysis", "make_jax_roofline_profile",
+            "session_roofline_profile"]

@@ -19,6 +19,7 @@ from typing import Any
 import pyarrow as pa
 from google.protobuf.message import DecodeError
 
+from xprosql.ingest import hlo_cost
 from xprosql.models.tables import TABLES
 from xprosql.protos import hlo_pb2
 
@@ -250,6 +251,14 @@ def _entry_name(module: hlo_pb2.HloModuleProto) -> str:
     return module.computations[-1].name
 
 
+def _derived_costs(module: hlo_pb2.HloModuleProto) -> dict[tuple[int, int], hlo_cost.Cost]:
+    # A module the cost rules cannot read still ingests, without derived costs.
+    try:
+        return hlo_cost.instruction_costs(module)
+    except (IndexError, KeyError, ValueError, ZeroDivisionError, AttributeError):
+        return {}
+
+
 def parse_hlo_proto(data: bytes, *, program_id: int | None) -> tuple[dict[str, Any], list[dict[str, Any]]]:
     """Flatten a serialized ``xla.HloProto`` into one module row and one row per instruction.
 
@@ -291,6 +300,7 @@ def parse_hlo_proto(data: bytes, *, program_id: int | None) -> tuple[dict[str, A
         infos.append(local)
         shapes.append(local_shapes)
 
+    costs = _derived_costs(module)
     rows: list[dict[str, Any]] = []
     for computation, local, local_shapes in zip(module.computations, infos, shapes):
         is_entry = computation.name == entry
@@ -315,6 +325,7 @@ def parse_hlo_proto(data: bytes, *, program_id: int | None) -> tuple[dict[str, A
             dot = instruction.dot_dimension_numbers
             has_conv = instruction.HasField("convolution_dimension_numbers")
             is_conv = opcode == "convolution" or has_conv
+            cost = costs.get((computation.id, instruction.id))
 
             rows.append(
                 {
@@ -354,6 +365,9 @@ def parse_hlo_proto(data: bytes, *, program_id: int | None) -> tuple[dict[str, A
                     "instruction_dimensions": list(instruction.dimensions),
                     "parameter_number": instruction.parameter_number if opcode == "parameter" else None,
                     "tuple_index": instruction.tuple_index if opcode == "get-tuple-element" else None,
+                    "derived_flops": cost.flops if cost else None,
+                    "derived_transcendentals": cost.transcendentals if cost else None,
+                    "derived_bytes_accessed": cost.bytes_accessed if cost else None,
                 }
             )
 

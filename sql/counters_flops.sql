@@ -1,0 +1,45 @@
+-- counters_flops: floating-point operations of each GPU counter range, from
+-- the SASS instruction counters CUPTI's range profiler (and PyTorch's
+-- cuda_profiler_range events) report: per precision, adds + multiplies + 2 x
+-- fused multiply-adds (an FMA is two FLOPs) of
+-- smsp__sass_thread_inst_executed_op_{d,f,h}{add,mul,fma}_pred_on.sum
+-- (thread-level instructions with the predicate on, so each counts once per
+-- thread that executed it). A range without any of these counters has no row.
+--
+-- Parameters:
+--   $profiles  VARCHAR[]  profile ids to include; NULL for all (default: NULL)
+--
+-- Columns:
+--   profile_id     profile (profiles.profile_id)
+--   device_id      devices.device_id of the GPU (Kineto: the process the range was recorded in)
+--   event_id       events.event_id of the range
+--   kernel         the range's name (the kernel it profiled)
+--   sample         range number within the profile (counters.sample)
+--   start_ps       range start, ps
+--   end_ps         range end, ps
+--   fp64_flops     double-precision FLOPs: dadd + dmul + 2 x dfma
+--   fp32_flops     single-precision FLOPs: fadd + fmul + 2 x ffma
+--   fp16_flops     half-precision FLOPs: hadd + hmul + 2 x hfma
+--   flops          all three
+--   flop_rate      flops per second of range time (NULL for an empty range)
+WITH sass AS (
+    SELECT
+        profile_id, device_id, event_id, kernel, sample, start_ps, end_ps,
+        regexp_extract(counter, '^smsp__sass_thread_inst_executed_op_([dfh])(add|mul|fma)_pred_on\.sum$',
+                       ['precision', 'op']) AS m,
+        value
+    FROM counters
+    WHERE counter LIKE 'smsp\_\_sass\_thread\_inst\_executed\_op\_%' ESCAPE '\'
+      AND (CAST($profiles AS VARCHAR[]) IS NULL OR list_contains(CAST($profiles AS VARCHAR[]), profile_id))
+)
+SELECT
+    profile_id, device_id, event_id, kernel, sample, start_ps, end_ps,
+    CAST(sum(CASE WHEN m.op = 'fma' THEN 2 ELSE 1 END * value) FILTER (WHERE m.precision = 'd') AS BIGINT) AS fp64_flops,
+    CAST(sum(CASE WHEN m.op = 'fma' THEN 2 ELSE 1 END * value) FILTER (WHERE m.precision = 'f') AS BIGINT) AS fp32_flops,
+    CAST(sum(CASE WHEN m.op = 'fma' THEN 2 ELSE 1 END * value) FILTER (WHERE m.precision = 'h') AS BIGINT) AS fp16_flops,
+    CAST(sum(CASE WHEN m.op = 'fma' THEN 2 ELSE 1 END * value) AS BIGINT) AS flops,
+    sum(CASE WHEN m.op = 'fma' THEN 2 ELSE 1 END * value) / nullif((end_ps - start_ps) / 1e12, 0) AS flop_rate
+FROM sass
+WHERE m.op <> ''
+GROUP BY profile_id, device_id, event_id, kernel, sample, start_ps, end_ps
+ORDER BY profile_id, sample

@@ -1,0 +1,428 @@
+"""FLOPs, transcendentals and bytes of each HLO instruction, derived from the HLO alone.
+
+Profiles of XLA on TPU carry per-op ``flops`` and ``bytes_accessed`` stats;
+JAX on CPU and many GPU profiles do not. This module derives them from the
+embedded ``HloModuleProto`` with the rules of XLA's own cost analysis
+(``HloCostAnalysis``), so that a module's total agrees with what
+``jax.jit(f).lower(...).compile().cost_analysis()`` reports:
+
+* elementwise ops: one FLOP per output element; transcendental functions
+  (exp, log, tanh, ...) count as transcendentals instead;
+* ``dot``: 2 x output elements x the product of the contracting dimensions;
+* ``convolution``: 2 x input features / feature groups x output features x
+  batch / batch groups x the number of valid (unpadded) window positions;
+* ``reduce``, ``map``, ``reduce-window``, ``scatter``, ``select-and-scatter``:
+  the cost of the applied computation times the number of applications;
+* ``fusion``: the FLOPs of its fused computation; bytes are the fusion's
+  operands as its body reads them plus its results (intermediate values stay
+  in registers or caches);
+* ``call``, ``while`` (one iteration), ``conditional`` (the costliest
+  branch), ``async-start``: the cost of the called computations;
+* bytes of any other op: the sizes of its operands plus its result, with
+  XLA's exceptions (parameters, constants, tuples, bitcasts, slices, ...).
+
+``custom-call`` is opaque: its cost is unknown (None). Sizes are dense element
+counts times element width (no TPU tile padding); tuples count 8 bytes per
+element pointer, as XLA's CPU backend does.
+
+Example:
+    >>> costs = instruction_costs(module_proto)                     # doctest: +SKIP
+    >>> costs[(computation_id, instruction_id)].flops               # doctest: +SKIP
+    4194304
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from xprosql.protos import hlo_pb2
+
+__all__ = ["Cost", "instruction_costs", "module_cost", "shape_bytes", "shape_elements"]
+
+_PT = hlo_pb2.PrimitiveType
+_POINTER_BYTES = 8  # what a tuple's index table costs per element on CPU
+_FMA_FLOPS = 2
+
+_BITS: dict[int, int] = {
+    _PT.PRED: 8, _PT.S1: 1, _PT.U1: 1, _PT.S2: 2, _PT.U2: 2, _PT.S4: 4, _PT.U4: 4,
+    _PT.S8: 8, _PT.U8: 8, _PT.S16: 16, _PT.U16: 16, _PT.F16: 16, _PT.BF16: 16,
+    _PT.S32: 32, _PT.U32: 32, _PT.F32: 32, _PT.S64: 64, _PT.U64: 64, _PT.F64: 64,
+    _PT.C64: 64, _PT.C128: 128, _PT.F4E2M1FN: 4,
+    _PT.F8E5M2: 8, _PT.F8E4M3: 8, _PT.F8E4M3FN: 8, _PT.F8E4M3B11FNUZ: 8, _PT.F8E3M4: 8,
+    _PT.F8E5M2FNUZ: 8, _PT.F8E4M3FNUZ: 8, _PT.F8E8M0FNU: 8,
+}
+_NO_DATA = frozenset((_PT.TOKEN, _PT.OPAQUE_TYPE, _PT.PRIMITIVE_TYPE_INVALID))
+
+_TRANSCENDENTAL = frozenset({
+    "exponential", "exponential-minus-one", "log", "log-plus-one", "logistic", "power", "sqrt",
+    "cbrt", "rsqrt", "tanh", "sine", "cosine", "tan", "atan2", "erf",
+})
+_ELEMENTWISE = _TRANSCENDENTAL | frozenset({
+    "abs", "add", "and", "ceil", "clamp", "clz", "compare", "complex", "convert", "divide", "floor",
+    "imag", "is-finite", "maximum", "minimum", "multiply", "negate", "not", "or", "popcnt", "real",
+    "reduce-precision", "remainder", "round-nearest-afz", "round-nearest-even", "select",
+    "shift-left", "shift-right-arithmetic", "shift-right-logical", "sign", "stochastic-convert",
+    "subtract", "xor",
+})
+# Ops that move no data of their own.
+_NO_BYTES = frozenset({"parameter", "constant", "get-tuple-element", "bitcast", "domain", "after-all", "add-dependency"})
+# Ops whose cost is that of their called computations, bytes included.
+_CALLERS = frozenset({"call", "async-start"})
+# Applied computations contribute FLOPs and transcendentals, not bytes.
+_APPLY_KEYS = ("flops", "transcendentals")
+
+
+@dataclass
+class Cost:
+    """Cost of one execution of an instruction. ``None`` means unknown (custom-call)."""
+
+    flops: int | None = 0
+    transcendentals: int | None = 0
+    bytes_accessed: int | None = 0
+
+    def add(self, other: Cost, *, scale: int = 1, keys: Iterable[str] = ("flops", "transcendentals", "bytes_accessed")) -> None:
+        for key in keys:
+            mine, theirs = getattr(self, key), getattr(other, key)
+            # Unknown parts count as nothing in a sum, as a total is still useful.
+            setattr(self, key, (mine or 0) + (theirs or 0) * scale)
+
+
+def shape_elements(shape: hlo_pb2.ShapeProto) -> int:
+    """Elements of an array shape (1 for a scalar); of a tuple, the sum over its leaves."""
+    if shape.element_type == _PT.TUPLE:
+        return sum(shape_elements(s) for s in shape.tuple_shapes)
+    return math.prod(shape.dimensions)
+
+
+def _array_bytes(shape: hlo_pb2.ShapeProto) -> int:
+    if shape.element_type in _NO_DATA:
+        return 0
+    bits = shape.layout.element_size_in_bits if shape.HasField("layout") and shape.layout.element_size_in_bits else None
+    bits = bits or _BITS.get(shape.element_type, 8)
+    return (math.prod(shape.dimensions) * bits + 7) // 8
+
+
+def shape_bytes(shape: hlo_pb2.ShapeProto) -> int:
+    """Bytes of a shape as XLA's CPU cost analysis sizes it: dense arrays, 8 bytes per tuple element."""
+    if shape.element_type == _PT.TUPLE:
+        return _POINTER_BYTES * len(shape.tuple_shapes)
+    return _array_bytes(shape)
+
+
+def _array_leaves(shape: hlo_pb2.ShapeProto) -> Iterable[tuple[tuple[int, ...], hlo_pb2.ShapeProto]]:
+    if shape.element_type == _PT.TUPLE:
+        for i, sub in enumerate(shape.tuple_shapes):
+            for index, leaf in _array_leaves(sub):
+                yield (i, *index), leaf
+    elif shape.element_type not in _NO_DATA:
+        yield (), shape
+
+
+class _Analysis:
+    """Per-instruction costs of one module, computations memoised by id."""
+
+    def __init__(self, module: hlo_pb2.HloModuleProto) -> None:
+        self.computations = {c.id: c for c in module.computations}
+        self.by_id: dict[int, dict[int, hlo_pb2.HloInstructionProto]] = {}
+        self.users: dict[int, dict[int, list[hlo_pb2.HloInstructionProto]]] = {}
+        module_wide: dict[int, hlo_pb2.HloInstructionProto | None] = {}
+        for c in module.computations:
+            local = {i.id: i for i in c.instructions}
+            self.by_id[c.id] = local
+            users: dict[int, list[hlo_pb2.HloInstructionProto]] = {}
+            for instruction in c.instructions:
+                for operand_id in dict.fromkeys(instruction.operand_ids):  # a user counts once
+                    users.setdefault(operand_id, []).append(instruction)
+            self.users[c.id] = users
+            for i in c.instructions:
+                module_wide[i.id] = None if i.id in module_wide else i
+        self.module_wide = {k: v for k, v in module_wide.items() if v is not None}
+        self.costs: dict[tuple[int, int], Cost] = {}
+        self.totals: dict[int, Cost] = {}
+
+    # -- helpers ------------------------------------------------------------
+
+    def operand(self, computation_id: int, instruction: hlo_pb2.HloInstructionProto, index: int) -> hlo_pb2.HloInstructionProto | None:
+        if index >= len(instruction.operand_ids):
+            return None
+        operand_id = instruction.operand_ids[index]
+        return self.by_id[computation_id].get(operand_id) or self.module_wide.get(operand_id)
+
+    def operand_shape_bytes(self, computation_id: int, instruction: hlo_pb2.HloInstructionProto, index: int) -> int:
+        operand = self.operand(computation_id, instruction, index)
+        return shape_bytes(operand.shape) if operand is not None else 0
+
+    def root(self, computation: hlo_pb2.HloComputationProto) -> hlo_pb2.HloInstructionProto:
+        local = self.by_id[computation.id]
+        return local.get(computation.root_id) or computation.instructions[-1]
+
+    def total(self, computation_id: int) -> Cost:
+        """Summed cost of every instruction of a computation (what a caller is charged)."""
+        cached = self.totals.get(computation_id)
+        if cached is not None:
+            return cached
+        computation = self.computations.get(computation_id)
+        total = Cost()
+        if computation is not None:
+            for instruction in computation.instructions:
+                total.add(self.cost(computation_id, instruction))
+        self.totals[computation_id] = total
+        return total
+
+    def cost(self, computation_id: int, instruction: hlo_pb2.HloInstructionProto) -> Cost:
+        key = (computation_id, instruction.id)
+        cached = self.costs.get(key)
+        if cached is None:
+            cached = self.costs[key] = self._cost(computation_id, instruction)
+        return cached
+
+    # -- rules --------------------------------------------------------------
+
+    def _cost(self, cid: int, hlo: hlo_pb2.HloInstructionProto) -> Cost:
+        op = hlo.opcode
+        out_bytes = shape_bytes(hlo.shape)
+        operand_bytes = [self.operand_shape_bytes(cid, hlo, i) for i in range(len(hlo.operand_ids))]
+        cost = Cost(bytes_accessed=out_bytes + sum(operand_bytes))
+        called = list(hlo.called_computation_ids)
+
+        if op in _NO_BYTES:
+            cost.bytes_accessed = 0
+        elif op == "tuple":
+            cost.bytes_accessed = out_bytes
+        elif op in _ELEMENTWISE:
+            count = shape_elements(hlo.shape)
+            if op in _TRANSCENDENTAL:
+                cost.transcendentals = count
+            else:
+                cost.flops = count
+        elif op == "slice":
+            cost.bytes_accessed = 2 * out_bytes
+        elif op == "dynamic-slice":
+            cost.bytes_accessed = 2 * out_bytes + (operand_bytes[1] if len(operand_bytes) > 1 else 0)
+        elif op == "dynamic-update-slice":
+            update = operand_bytes[1] if len(operand_bytes) > 1 else 0
+            cost.bytes_accessed = 2 * update + (operand_bytes[2] if len(operand_bytes) > 2 else 0)
+        elif op == "gather":
+            cost.bytes_accessed = 2 * out_bytes + (operand_bytes[1] if len(operand_bytes) > 1 else 0)
+        elif op == "scatter":
+            cost = self._scatter(cid, hlo, called)
+        elif op == "dot":
+            lhs = self.operand(cid, hlo, 0)
+            width = math.prod(lhs.shape.dimensions[d] for d in hlo.dot_dimension_numbers.lhs_contracting_dimensions) if lhs else 0
+            cost.flops = _FMA_FLOPS * shape_elements(hlo.shape) * width
+        elif op == "convolution":
+            cost.flops = self._convolution_flops(cid, hlo)
+        elif op in ("reduce", "map", "reduce-window", "select-and-scatter"):
+            self._apply(cid, hlo, called, cost)
+        elif op == "sort":
+            operand = self.operand(cid, hlo, 0)
+            n = shape_elements(operand.shape) if operand else 0
+            cost.flops = n * (math.ceil(math.log2(n)) if n > 1 else 0)
+        elif op in ("all-reduce", "all-reduce-start"):
+            leaves = [leaf for _, leaf in _array_leaves(hlo.shape)]
+            cost.flops = sum(shape_elements(leaf) for leaf in leaves)
+            cost.bytes_accessed = sum(_array_bytes(leaf) for leaf in leaves) + sum(operand_bytes)
+        elif op in ("rng", "rng-bit-generator"):
+            cost.transcendentals = shape_elements(hlo.shape)
+        elif op == "triangular-solve":
+            a, b = self.operand(cid, hlo, 0), self.operand(cid, hlo, 1)
+            if a is not None and b is not None and a.shape.dimensions:
+                cost.flops = _FMA_FLOPS * a.shape.dimensions[-1] * shape_elements(b.shape)
+                cost.bytes_accessed = out_bytes + operand_bytes[0] // 2 + operand_bytes[1]
+        elif op == "cholesky":
+            a = self.operand(cid, hlo, 0)
+            if a is not None and a.shape.dimensions:
+                cost.flops = a.shape.dimensions[-1] * shape_elements(a.shape) // 3
+                cost.bytes_accessed = operand_bytes[0]
+        elif op == "fusion":
+            cost = self._fusion(hlo, called)
+        elif op in _CALLERS and called:
+            cost = Cost()
+            cost.add(self.total(called[0]))
+        elif op == "while":
+            cost = Cost()  # one iteration of the body plus the condition
+            for computation_id in called:
+                cost.add(self.total(computation_id))
+        elif op == "conditional":
+            branches = [self.total(c) for c in called]
+            cost = Cost(*(max((getattr(b, k) or 0) for b in branches) if branches else 0
+                          for k in ("flops", "transcendentals", "bytes_accessed")))
+        elif op == "custom-call":
+            cost = Cost(flops=None, transcendentals=None, bytes_accessed=None)
+        return cost
+
+    def _apply(self, cid: int, hlo: hlo_pb2.HloInstructionProto, called: list[int], cost: Cost) -> None:
+        if not called:
+            return
+        op = hlo.opcode
+        if op == "select-and-scatter":
+            source = self.operand(cid, hlo, 1)
+            count = shape_elements(source.shape) if source else 0
+            window = math.prod(d.size for d in hlo.window.dimensions)
+            cost.add(self.total(called[0]), scale=count * (window - 1), keys=_APPLY_KEYS)
+            if len(called) > 1:
+                cost.add(self.total(called[1]), scale=count, keys=_APPLY_KEYS)
+            return
+        output = hlo.shape.tuple_shapes[0] if hlo.shape.element_type == _PT.TUPLE and hlo.shape.tuple_shapes else hlo.shape
+        out_elements = shape_elements(output)
+        if op == "map":
+            count = out_elements
+        elif op == "reduce":
+            operand = self.operand(cid, hlo, 0)
+            count = (shape_elements(operand.shape) if operand else 0) - out_elements
+        else:
+            count = self._reduce_window_count(hlo, output, out_elements)
+        cost.add(self.total(called[0]), scale=count, keys=_APPLY_KEYS)
+
+    @staticmethod
+    def _reduce_window_count(hlo: hlo_pb2.HloInstructionProto, output: hlo_pb2.ShapeProto, out_elements: int) -> int:
+        dims = hlo.window.dimensions
+        window = math.prod(d.size for d in dims)
+        count = (window - 1) * out_elements
+        # A reduce-window that is a reduce plus a broadcast back along one
+        # dimension (window 2p+1, padding p on both sides, p = size - 1) counts as that.
+        reduced = [d for d in dims if d.size != 1]
+        padded = [d for d in dims if d.padding_low or d.padding_high]
+        if len(reduced) == 1 and len(padded) == 1 and hlo.shape.element_type != _PT.TUPLE:
+            for index, d in enumerate(dims):
+                if (d.size != 1 and d.padding_low and d.padding_low == d.padding_high
+                        and d.size == 2 * d.padding_low + 1 and d.padding_low == output.dimensions[index] - 1):
+                    span = output.dimensions[index]
+                    return out_elements // span + span - 1
+        return count
+
+    def _scatter(self, cid: int, hlo: hlo_pb2.HloInstructionProto, called: list[int]) -> Cost:
+        n = (len(hlo.operand_ids) - 1) // 2  # operands..., indices, updates...
+        updates = [self.operand(cid, hlo, n + 1 + i) for i in range(n)]
+        update_bytes = sum(shape_bytes(u.shape) for u in updates if u is not None)
+        indices = self.operand_shape_bytes(cid, hlo, n)
+        cost = Cost(bytes_accessed=3 * update_bytes + indices)
+        if called and updates and updates[0] is not None:
+            cost.add(self.total(called[0]), scale=shape_elements(updates[0].shape), keys=_APPLY_KEYS)
+        return cost
+
+    def _convolution_flops(self, cid: int, hlo: hlo_pb2.HloInstructionProto) -> int:
+        lhs, rhs = self.operand(cid, hlo, 0), self.operand(cid, hlo, 1)
+        if lhs is None or rhs is None:
+            return 0
+        dn = hlo.convolution_dimension_numbers
+        in_features = lhs.shape.dimensions[dn.input_feature_dimension]
+        out_features = hlo.shape.dimensions[dn.output_feature_dimension]
+        batch = lhs.shape.dimensions[dn.input_batch_dimension]
+        positions = 1
+        for i, w in enumerate(hlo.window.dimensions):
+            positions *= _valid_positions(
+                input_size=lhs.shape.dimensions[dn.input_spatial_dimensions[i]],
+                kernel_size=rhs.shape.dimensions[dn.kernel_spatial_dimensions[i]],
+                output_size=hlo.shape.dimensions[dn.output_spatial_dimensions[i]],
+                window=w,
+            )
+        groups = hlo.feature_group_count or 1
+        batch_groups = hlo.batch_group_count or 1
+        return _FMA_FLOPS * (in_features // groups) * out_features * (batch // batch_groups) * positions
+
+    def _fusion(self, hlo: hlo_pb2.HloInstructionProto, called: list[int]) -> Cost:
+        if not called or called[0] not in self.computations:
+            return Cost(flops=None, transcendentals=None, bytes_accessed=None)
+        body = self.computations[called[0]]
+        if hlo.fusion_kind == "kCustom":
+            # A custom fusion around a gather or scatter costs what that op costs.
+            for inner in body.instructions:
+                if inner.opcode in ("gather", "scatter"):
+                    return self.cost(body.id, inner)
+        cost = Cost()
+        cost.add(self.total(body.id), keys=_APPLY_KEYS)
+        root = self.root(body)
+        written = 0
+        for index, leaf in _array_leaves(hlo.shape):
+            # An in-place dynamic-update-slice writes only its update.
+            producer = root
+            if index and root.opcode == "tuple" and len(index) == 1:
+                producer = self.operand(body.id, root, index[0]) or root
+            if len(index) <= 1 and producer.opcode == "dynamic-update-slice" and (not index or producer is not root):
+                written += self.operand_shape_bytes(body.id, producer, 1)
+            else:
+                written += _array_bytes(leaf)
+        read = 0
+        for inner in body.instructions:
+            if inner.opcode == "constant" and shape_elements(inner.shape) > 1:
+                read += shape_bytes(inner.shape)  # large constants live in memory
+        for inner in body.instructions:
+            if inner.opcode == "parameter":
+                read += self._parameter_read_bytes(body.id, inner)
+        cost.bytes_accessed = written + read
+        return cost
+
+    def _parameter_read_bytes(self, cid: int, param: hlo_pb2.HloInstructionProto) -> int:
+        """Bytes a fused parameter costs: whole for most readers, the slice for slicing readers."""
+        if param.shape.element_type == _PT.TUPLE:
+            total = 0
+            for user in self.users[cid].get(param.id, []):
+                if user.opcode == "get-tuple-element":
+                    total += self._parameter_read_bytes(cid, user)
+            return total
+        size = shape_bytes(param.shape)
+        read, trivial_seen = 0, False
+        for user in self.users[cid].get(param.id, []):
+            op = user.opcode
+            if op == "fusion" and user.called_computation_ids:
+                body = self.computations.get(user.called_computation_ids[0])
+                if body is None:
+                    continue
+                inner_params = {p.parameter_number: p for p in body.instructions if p.opcode == "parameter"}
+                for index, operand_id in enumerate(user.operand_ids):
+                    if operand_id == param.id and index in inner_params:
+                        read += self._parameter_read_bytes(body.id, inner_params[index])
+            elif op == "slice":
+                read += shape_bytes(user.shape)
+            elif op == "dynamic-slice":
+                if user.operand_ids and user.operand_ids[0] == param.id:
+                    read += shape_bytes(user.shape)
+                elif not trivial_seen:
+                    trivial_seen, read = True, read + size
+            elif op == "dynamic-update-slice":
+                if (not user.operand_ids or user.operand_ids[0] != param.id) and not trivial_seen:
+                    trivial_seen, read = True, read + size
+            elif op in ("broadcast", "reshape"):
+                read += size
+            elif not trivial_seen:
+                trivial_seen, read = True, read + size  # other readers share one read
+        return read
+
+
+def _valid_positions(*, input_size: int, kernel_size: int, output_size: int, window: hlo_pb2.WindowDimension) -> int:
+    """Kernel x output positions of one spatial dimension that land on a real (unpadded, undilated) input."""
+    stride = window.stride or 1
+    base = window.base_dilation or 1
+    dilation = window.window_dilation or 1
+    count = 0
+    for k in range(kernel_size):
+        for o in range(output_size):
+            index = o * stride - window.padding_low + k * dilation
+            if index % base:
+                continue
+            index //= base
+            if 0 <= index < input_size:
+                count += 1
+    return count
+
+
+def instruction_costs(module: hlo_pb2.HloModuleProto) -> dict[tuple[int, int], Cost]:
+    """Cost of one execution of every instruction, keyed by (computation id, instruction id).
+
+    An instruction's cost includes the computations it calls (a fusion's body,
+    a reduce's reducer, a while loop's body once). Instructions inside a fused
+    computation get what they would cost on their own.
+    """
+    analysis = _Analysis(module)
+    for computation in module.computations:
+        for instruction in computation.instructions:
+            analysis.cost(computation.id, instruction)
+    return analysis.costs
+
+
+def module_cost(module: hlo_pb2.HloModuleProto, entry_computation_id: int) -> Cost:
+    """Total cost of one execution of a module: the sum over its entry computation."""
+    return _Analysis(module).total(entry_computation_id)

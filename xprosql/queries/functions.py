@@ -1,0 +1,112 @@
+"""SQL functions and helper tables that every :class:`xprosql.Run` connection has.
+
+* ``xprosql_memory_access(BLOB)`` decodes the ``memory_access_breakdown`` stat
+  (a serialized ``tensorflow.profiler.MemoryAccessBreakdown``: repeated
+  ``memory_accessed = 1`` of ``{operation_type = 1 (1 read, 2 write),
+  memory_space = 2 (1 HBM, 2 CMEM, 3 VMEM), bytes_accessed = 3}``, field numbers
+  as in XProf's ``op_metrics.proto``) into a list of
+  ``STRUCT(operation_type INTEGER, memory_space BIGINT, bytes BIGINT)``.
+* ``hardware_models``: the published chip peaks of
+  :mod:`xprosql.models.hardware`, one row per chip.
+
+The stat stays as recorded in the warehouse (``metadata_stats.bytes_value``);
+it is decoded at query time because it is small (one per op per device) and
+the decoded form is a query concern, not a storage one.
+
+Example:
+    >>> decode_memory_access_breakdown(bytes.fromhex("0a0a08021001188080808014"))
+    [(2, 1, 5368709120)]
+"""
+
+from __future__ import annotations
+
+import duckdb
+import pyarrow as pa
+
+from xprosql.models.hardware import hardware_models_table
+
+__all__ = [
+    "MEMORY_ACCESS_TYPE",
+    "decode_memory_access_breakdown",
+    "register_functions",
+]
+
+MEMORY_ACCESS_TYPE = pa.list_(
+    pa.struct([("operation_type", pa.int32()), ("memory_space", pa.int64()), ("bytes", pa.int64())])
+)
+_SQL_TYPE = "STRUCT(operation_type INTEGER, memory_space BIGINT, bytes BIGINT)[]"
+_INT64_MAX = (1 << 63) - 1
+
+
+def _varint(data: bytes, pos: int) -> tuple[int, int]:
+    result = shift = 0
+    while True:
+        if pos >= len(data) or shift > 63:
+            raise ValueError("truncated varint")
+        byte = data[pos]
+        pos += 1
+        result |= (byte & 0x7F) << shift
+        if not byte & 0x80:
+            return result, pos
+        shift += 7
+
+
+def _fields(data: bytes) -> list[tuple[int, int, int | bytes]]:
+    """(field number, wire type, value) of a protobuf message; unknown wire types raise."""
+    out: list[tuple[int, int, int | bytes]] = []
+    pos = 0
+    while pos < len(data):
+        key, pos = _varint(data, pos)
+        field, wire = key >> 3, key & 7
+        if wire == 0:
+            value, pos = _varint(data, pos)
+        elif wire == 2:
+            length, pos = _varint(data, pos)
+            if pos + length > len(data):
+                raise ValueError("truncated field")
+            value, pos = data[pos:pos + length], pos + length
+        elif wire == 1:
+            value, pos = int.from_bytes(data[pos:pos + 8], "little"), pos + 8
+        elif wire == 5:
+            value, pos = int.from_bytes(data[pos:pos + 4], "little"), pos + 4
+        else:
+            raise ValueError(f"unsupported wire type {wire}")
+        if pos > len(data):
+            raise ValueError("truncated field")
+        out.append((field, wire, value))
+    return out
+
+
+def decode_memory_access_breakdown(data: bytes | None) -> list[tuple[int, int, int]] | None:
+    """``[(operation_type, memory_space, bytes), ...]`` of a MemoryAccessBreakdown; None if not one."""
+    if data is None:
+        return None
+    try:
+        entries = []
+        for field, wire, value in _fields(bytes(data)):
+            if field != 1 or wire != 2:
+                continue
+            entry = {1: 0, 2: 0, 3: 0}
+            for inner, inner_wire, inner_value in _fields(value):  # type: ignore[arg-type]
+                if inner in entry and inner_wire == 0:
+                    entry[inner] = inner_value  # type: ignore[assignment]
+            entries.append((entry[1], min(entry[2], _INT64_MAX), min(entry[3], _INT64_MAX)))
+        return entries
+    except ValueError:
+        return None
+
+
+def _memory_access_udf(blobs: pa.Array | pa.ChunkedArray) -> pa.Array:
+    decoded = [decode_memory_access_breakdown(b) for b in blobs.to_pylist()]
+    return pa.array(
+        [None if d is None else [{"operation_type": o, "memory_space": m, "bytes": n} for o, m, n in d] for d in decoded],
+        MEMORY_ACCESS_TYPE,
+    )
+
+
+def register_functions(con: duckdb.DuckDBPyConnection) -> None:
+    """Add ``xprosql_memory_access`` and ``hardware_models`` to a DuckDB connection."""
+    con.create_function(
+        "xprosql_memory_access", _memory_access_udf, ["BLOB"], _SQL_TYPE, type="arrow", side_effects=False
+    )
+    con.register("hardware_models", hardware_models_table())
