@@ -388,6 +388,9 @@ device_peaks AS (
         max(d.peak_flops_per_s) AS profile_flops,
         CASE WHEN bool_and(coalesce(d.peak_source, '') = 'profile') THEN 'profile' ELSE 'hardware_model' END AS profile_flops_source,
         max(d.peak_hbm_bytes_per_s) AS profile_hbm,
+        -- profile+hardware_model: bandwidth from the profile, FLOP/s modelled at ingest (XSpace GPUs)
+        CASE WHEN bool_and(coalesce(d.peak_source, '') IN ('profile', 'profile+hardware_model')) THEN 'profile'
+             ELSE 'hardware_model' END AS profile_hbm_source,
         max(m.peak_vmem_read) AS peak_vmem_read,
         max(m.peak_vmem_write) AS peak_vmem_write,
         max(m.peak_cmem_read) AS peak_cmem_read,
@@ -418,7 +421,7 @@ peaks AS (
         coalesce(p.peak_hbm_override, dp.profile_hbm, cp.peak_hbm_bytes_per_s) AS peak_hbm_bytes_per_s,
         CASE
             WHEN p.peak_hbm_override IS NOT NULL THEN p.override_source
-            WHEN dp.profile_hbm IS NOT NULL THEN 'profile'
+            WHEN dp.profile_hbm IS NOT NULL THEN dp.profile_hbm_source
             WHEN cp.peak_hbm_bytes_per_s IS NOT NULL THEN 'hardware_model'
         END AS peak_hbm_source,
         nullif(dp.peak_vmem_read, 0) AS peak_vmem_read_bytes_per_s,

@@ -92,9 +92,10 @@ def test_devices_ranks_and_metadata(kineto_run: xprosql.Run) -> None:
     assert profile[:2] == (0, 2)
     assert json.loads(profile[2])["distributedInfo"]["backend"] == "nccl"
     gpu0 = kineto_run.sql(
-        "SELECT model, compute_capability, core_count, memory_bytes FROM devices "
-        "WHERE profile_id = $p AND name = '/device:GPU:0'", {"p": pid}).rows()
-    assert gpu0 == [("NVIDIA A100-PG509-200", "8.0", 108, 42297524224)]
+        "SELECT model, compute_capability, core_count, memory_bytes, peak_flops_per_s, peak_hbm_bytes_per_s, "
+        "peak_source FROM devices WHERE profile_id = $p AND name = '/device:GPU:0'", {"p": pid}).rows()
+    # A 40 GB A100 board: REFERENCE.md's bf16 peak, and the 40 GB board's 1555 GB/s.
+    assert gpu0 == [("NVIDIA A100-PG509-200", "8.0", 108, 42297524224, 312e12, 1555e9, "hardware_model")]
     streams = kineto_run.sql(
         "SELECT DISTINCT stream_id FROM tracks JOIN devices USING (profile_id, device_id) "
         "WHERE profile_id = $p AND kind = 'gpu'", {"p": pid}).rows()

@@ -417,8 +417,10 @@ def _device_row(device_id: int, pid: Any, *, is_gpu: bool, props: dict[str, Any]
         model = props.get("name") if isinstance(props.get("name"), str) else None
         if model is None and capability:
             model = hardware.gpu_model(compute_capability=(major, minor), sm_count=sms, memory_bytes=memory)
-        return [device_id, pid, f"/device:GPU:{pid}", "gpu", pid, model, None, None, None,
-                sms, None, memory, capability, 0, 0]
+        # Kineto records no peaks: the chip table's, when it knows the board.
+        chip = hardware.chip_for_model(model, memory_bytes=memory)
+        peaks = (chip.peak_flops_per_s, chip.peak_hbm_bytes_per_s, "hardware_model") if chip else (None, None, None)
+        return [device_id, pid, f"/device:GPU:{pid}", "gpu", pid, model, *peaks, sms, None, memory, capability, 0, 0]
     kind = "host" if isinstance(pid, int) else "other"
     name = "/host:CPU" if kind == "host" else str(pid)
     return [device_id, pid if isinstance(pid, int) else None, name, kind, None, None, None, None, None,

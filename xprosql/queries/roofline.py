@@ -469,6 +469,8 @@ def _peaks_polars(table: Any, op_events: pl.DataFrame, peak_flops_per_s: float |
             pl.when((pl.col("peak_source").fill_null("") == "profile").all()).then(pl.lit("profile"))
             .otherwise(pl.lit("hardware_model")).alias("profile_flops_source"),
             pl.col("peak_hbm_bytes_per_s").max().alias("profile_hbm"),
+            pl.when(pl.col("peak_source").fill_null("").is_in(["profile", "profile+hardware_model"]).all())
+            .then(pl.lit("profile")).otherwise(pl.lit("hardware_model")).alias("profile_hbm_source"),
             *[pl.col(name).max() for name in stats.values()],
         )
     )
@@ -483,7 +485,7 @@ def _peaks_polars(table: Any, op_events: pl.DataFrame, peak_flops_per_s: float |
                 (chip.peak_flops_per_s, "hardware_model") if chip else (None, None))
         hbm, hbm_source = peak_hbm_bytes_per_s, peak_source
         if hbm is None:
-            hbm, hbm_source = (row["profile_hbm"], "profile") if row["profile_hbm"] is not None else (
+            hbm, hbm_source = (row["profile_hbm"], row["profile_hbm_source"]) if row["profile_hbm"] is not None else (
                 (chip.peak_hbm_bytes_per_s, "hardware_model") if chip else (None, None))
         records.append({
             "profile_id": row["profile_id"], "device_kind": row["device_kind"], "device_model": row["device_model"],
