@@ -2,9 +2,12 @@
 
 Example:
     $ xprosql ingest logs/ --into run/
+    $ xprosql ingest fleet/ --into run/ --jobs 8 --tag team=nlp
+    $ xprosql compact run/
     $ xprosql sql run/ "SELECT name, sum(dur_ps) FROM events GROUP BY 1 ORDER BY 2 DESC LIMIT 10"
     $ xprosql tables run/
     $ xprosql demo
+    $ xprosql report run/ --out report.html
 """
 
 from __future__ import annotations
@@ -36,16 +39,48 @@ def _print_table(result: Result, *, max_rows: int = 50) -> None:
         print(result.pl())
 
 
+def _parse_tags(pairs: Sequence[str]) -> dict[str, str]:
+    tags: dict[str, str] = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key:
+            raise XprosqlError(f"--tag wants KEY=VALUE, got {pair!r}")
+        tags[key] = value
+    return tags
+
+
 def _cmd_ingest(args: argparse.Namespace) -> int:
-    report = ingest(args.sources, into=args.into)
-    for item in report.ingested:
-        print(f"ingested {item.path} -> profile {item.profile_id} ({item.rows['events']} events)")
-    for item in report.skipped:
-        print(f"already present {item.path} (profile {item.profile_id})")
-    for path, reason in report.failed:
+    from xprosql.ingest import IngestInterrupted
+
+    compact = {"auto": "auto", "always": True, "never": False}[args.compact]
+    interrupted = False
+    try:
+        report = ingest(
+            args.sources, into=args.into, jobs=args.jobs, tags=_parse_tags(args.tag), progress=args.progress, compact=compact
+        )
+    except IngestInterrupted as exc:
+        report, interrupted = exc.report, True
+    if not args.quiet:
+        for item in report.ingested:
+            print(f"ingested {item.path} -> profile {item.profile_id} ({item.rows.get('events', 0)} events)")
+        for item in report.skipped:
+            print(f"already present {item.path} (profile {item.profile_id})")
+    for path, reason in report.failed:  # at the end, after the progress bar: the list to act on
         print(f"error: {path}: {reason}", file=sys.stderr)
     print(f"{len(report.ingested)} ingested, {len(report.skipped)} already present, {len(report.failed)} failed")
+    if report.compaction is not None and report.compaction.packs_written:
+        print(f"compacted: {report.compaction}")
+    if interrupted:
+        print(f"interrupted: {len(report.not_done)} files not done; run the same command again to resume", file=sys.stderr)
+        return 130
     return 0 if report.ok else 1
+
+
+def _cmd_compact(args: argparse.Namespace) -> int:
+    from xprosql.warehouse import Warehouse
+
+    print(Warehouse(args.dir).compact())
+    return 0
 
 
 def _parse_params(pairs: Sequence[str]) -> dict[str, object]:
@@ -65,8 +100,22 @@ def _parse_params(pairs: Sequence[str]) -> dict[str, object]:
 
 
 def _cmd_sql(args: argparse.Namespace) -> int:
-    run = load(args.dir)
-    result = run.sql(args.query, _parse_params(args.param) or None)
+    if args.analysis:
+        from xprosql.queries.analyses import analysis_text
+
+        if args.query:
+            raise XprosqlError("give a SQL query or --analysis NAME, not both")
+        if args.show:  # the runnable SQL, includes expanded, to copy and adapt
+            print(analysis_text(args.analysis).rstrip())
+            return 0
+        result = load(args.dir).analysis(args.analysis, **_parse_params(args.param))
+    else:
+        if args.show:
+            raise XprosqlError("--show needs --analysis NAME")
+        if not args.query:
+            raise XprosqlError("give a SQL query, or --analysis NAME")
+        run = load(args.dir)
+        result = run.sql(args.query, _parse_params(args.param) or None)
     if args.format == "table":
         _print_table(result, max_rows=args.max_rows)
         return 0
@@ -81,6 +130,45 @@ def _cmd_sql(args: argparse.Namespace) -> int:
     else:
         text = frame.write_json()
         Path(args.out).write_text(text) if args.out else print(text)
+    return 0
+
+
+def _cmd_roofline(args: argparse.Namespace) -> int:
+    from xprosql.queries.roofline import plot_roofline
+
+    peaks: dict[str, object] = {}
+    if args.measure_cpu_peaks:
+        from xprosql.models.hardware import measure_cpu_peaks
+
+        flops, bandwidth = measure_cpu_peaks()
+        peaks = {"peak_flops_per_s": flops, "peak_hbm_bytes_per_s": bandwidth, "peak_source": "measured"}
+        print(f"measured CPU peaks: {flops / 1e9:.1f} GFLOP/s, {bandwidth / 1e9:.1f} GB/s", file=sys.stderr)
+    if args.peak_flops is not None:
+        peaks.update(peak_flops_per_s=args.peak_flops, peak_source="user")
+    if args.peak_hbm_bandwidth is not None:
+        peaks.update(peak_hbm_bytes_per_s=args.peak_hbm_bandwidth, peak_source="user")
+    run = load(args.dir)
+    frame = run.roofline(profiles=args.profile or None, top=args.top, **peaks)
+    if args.format == "csv":
+        sys.stdout.write(frame.write_csv())
+    elif args.format == "json":
+        print(frame.write_json())
+    else:
+        shown = frame.select(
+            "row_kind", pl.col("profile_id").str.slice(0, 8), "device_kind", pl.coalesce("op", "module").alias("op"),
+            "category", "occurrences",
+            (pl.col("self_time_ps") / 1e9).round(3).alias("self_ms"),
+            (100 * pl.col("self_time_share")).round(2).alias("self_%"),
+            (pl.col("flop_rate") / 1e12).alias("TFLOP/s"),
+            (pl.col("hbm_bandwidth") / 1e9).alias("HBM GB/s"),
+            pl.col("operational_intensity").alias("FLOP/B"), "ridge_point", "bound_by", "roofline_efficiency",
+        )
+        with pl.Config(tbl_rows=args.max_rows, fmt_str_lengths=40, tbl_width_chars=220, tbl_hide_dataframe_shape=True,
+                       float_precision=4):
+            print(shown)
+    if args.out:
+        path = plot_roofline(frame, args.out, profile_id=args.profile[0] if args.profile else None)
+        print(f"wrote {path}", file=sys.stderr)
     return 0
 
 
@@ -159,6 +247,21 @@ def _cmd_record(args: argparse.Namespace) -> int:
     return exit_code or (0 if report.ok else 1)
 
 
+def _cmd_report(args: argparse.Namespace) -> int:
+    from xprosql.report import build_report, terminal_summary
+
+    run = load(args.dir)
+    profiles = args.profile or None
+    if args.out:
+        report = build_report(run, profiles=profiles, top_ops=args.top, progress=args.progress)
+        path = report.write(args.out)
+        charts = sum(len(p.charts) for p in report.profiles)
+        print(f"wrote {path}: {len(report.profiles)} profiles, {charts} charts")
+        return 0
+    print(terminal_summary(run, profiles=profiles, top_ops=min(args.top, 5)), end="")
+    return 0
+
+
 def _analysis_text(name: str) -> str:
     from xprosql.queries import analysis_sql
 
@@ -173,16 +276,42 @@ def _parser() -> argparse.ArgumentParser:
     p = commands.add_parser("ingest", help="ingest profile files or directories into a warehouse")
     p.add_argument("sources", nargs="+", help="*.xplane.pb files or directories to search")
     p.add_argument("--into", required=True, help="warehouse directory (created if missing)")
+    p.add_argument("--jobs", "-j", type=int, default=1, metavar="N", help="decode N files at once, in N processes")
+    p.add_argument("--tag", action="append", default=[], metavar="KEY=VALUE",
+                   help="tag every profile (profiles.tags; over the xprosql.json files of its directories)")
+    p.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None,
+                   help="progress bar with rate and ETA on stderr (default: when stderr is a terminal)")
+    p.add_argument("--compact", choices=["auto", "always", "never"], default="auto",
+                   help="pack small profiles after ingesting (auto: once enough are unpacked)")
+    p.add_argument("--quiet", "-q", action="store_true", help="no line per file; failures and the summary only")
     p.set_defaults(func=_cmd_ingest)
+
+    p = commands.add_parser("compact", help="merge small profiles' files into packs (readers keep working)")
+    p.add_argument("dir", help="warehouse directory")
+    p.set_defaults(func=_cmd_compact)
 
     p = commands.add_parser("sql", help="run a DuckDB SQL query over a warehouse")
     p.add_argument("dir", help="warehouse directory")
-    p.add_argument("query", help="SQL text; every table is a view")
+    p.add_argument("query", nargs="?", help="SQL text; every table is a view")
+    p.add_argument("--analysis", metavar="NAME", help="run the packaged analysis sql/NAME.sql instead (e.g. roofline)")
+    p.add_argument("--show", action="store_true", help="with --analysis: print its SQL instead of running it")
     p.add_argument("--format", choices=["table", "csv", "json", "parquet"], default="table")
     p.add_argument("--out", help="write the result to this file")
     p.add_argument("--param", action="append", default=[], metavar="NAME=VALUE", help="bind $NAME in the query")
     p.add_argument("--max-rows", type=int, default=50, help="rows shown by --format table")
     p.set_defaults(func=_cmd_sql)
+
+    p = commands.add_parser("roofline", help="roofline of every op (sql/roofline.sql); --out draws the chart")
+    p.add_argument("dir", help="warehouse directory")
+    p.add_argument("--out", help="write a log-log roofline chart here (.png, .svg or .pdf; needs xprosql[plot])")
+    p.add_argument("--profile", action="append", default=[], metavar="ID", help="only this profile (repeatable); the chart draws the first")
+    p.add_argument("--top", type=int, help="op rows kept per profile and device kind, by self time")
+    p.add_argument("--peak-flops", type=float, metavar="FLOP/S", help="peak FLOP/s for every device (wins over the profile; the CPU roof)")
+    p.add_argument("--peak-hbm-bandwidth", type=float, metavar="BYTES/S", help="peak HBM (CPU: DRAM) bandwidth for every device")
+    p.add_argument("--measure-cpu-peaks", action="store_true", help="measure this machine's CPU peaks and use them (for CPU profiles taken here)")
+    p.add_argument("--format", choices=["table", "csv", "json"], default="table", help="how to print the rows")
+    p.add_argument("--max-rows", type=int, default=40, help="rows shown by --format table")
+    p.set_defaults(func=_cmd_roofline)
 
     p = commands.add_parser("tables", help="list tables, their columns with units, and row counts")
     p.add_argument("dir", help="warehouse directory")
@@ -193,6 +322,15 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--raw-dir", help="where the raw recording goes (default: DIR/recordings)")
     p.add_argument("command", nargs=argparse.REMAINDER, help="-- python train.py [ARGS]")
     p.set_defaults(func=_cmd_record)
+
+    p = commands.add_parser("report", help="per profile: bottleneck, step breakdown, top ops, async summary, roofline")
+    p.add_argument("dir", help="warehouse directory")
+    p.add_argument("--out", help="write an HTML report with charts here (charts need xprosql[plot]); without it, a terminal summary")
+    p.add_argument("--profile", action="append", default=[], metavar="ID", help="only this profile (repeatable)")
+    p.add_argument("--top", type=int, default=10, help="top ops listed per profile")
+    p.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None,
+                   help="progress bar on stderr (default: when stderr is a terminal)")
+    p.set_defaults(func=_cmd_report)
 
     p = commands.add_parser("demo", help="ingest the bundled TPU sample into a temporary warehouse and summarise it")
     p.set_defaults(func=_cmd_demo)

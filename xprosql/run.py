@@ -18,7 +18,8 @@ import polars as pl
 import pyarrow as pa
 
 from xprosql.models.tables import PARTITION_COLUMN, TABLES
-from xprosql.queries import analysis_sql
+from xprosql.queries.analyses import analysis_text, bind_parameters
+from xprosql.queries.functions import register_functions
 from xprosql.warehouse import Warehouse
 
 __all__ = ["Run", "Result", "load"]
@@ -73,33 +74,40 @@ class Run:
     Use :func:`load` to make one.
     """
 
-    def __init__(self, path: str | os.PathLike[str], *, profiles: Sequence[str] | None = None) -> None:
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        *,
+        profiles: Sequence[str] | None = None,
+        where: str | None = None,
+        cluster: Any = None,
+    ) -> None:
         self.path = Path(path)
         self._warehouse = Warehouse(self.path)
         self._warehouse.check_readable()
-        committed = self._warehouse.profile_ids()
-        if profiles is not None:
-            missing = sorted(set(profiles) - set(committed))
-            if missing:
-                raise KeyError(f"profiles not in {self.path}: {missing}")
-            committed = [p for p in committed if p in set(profiles)]
+        # The lease keeps this snapshot's files on disk through later compactions, until close().
+        self._snapshot, self._lease = self._warehouse.snapshot(profiles=profiles)
+        if where is not None:
+            from xprosql.fleet import profiles_where
+
+            self._snapshot = self._snapshot.restrict(profiles_where(self._snapshot, where))
+        self._cluster = cluster  # a dask.distributed Client: per-profile analyses run on it
+        committed = list(self._snapshot.profile_ids)
         self.profile_ids: list[str] = committed
-        self._files = {table: self._warehouse.table_files(table, committed) for table in TABLES}
+        self._files = {table: self._snapshot.files(table) for table in TABLES}
         self._con = duckdb.connect(":memory:")
         for table in TABLES:
             self._con.execute(f"CREATE VIEW {table} AS {self._scan_sql(table)}")
+        register_functions(self._con)  # xprosql_memory_access(), hardware_models: used by the analyses
 
     def _scan_sql(self, table: str) -> str:
-        files = self._files[table]
-        if not files:
+        scan = self._snapshot.scan_sql(table)
+        if scan is None:
             # No file yet (an empty warehouse): an empty relation with the table's columns.
             empty = TABLES[table].empty_table().add_column(0, PARTITION_COLUMN, pa.array([], pa.string()))
             self._con.register(f"_empty_{table}", empty)
             return f"SELECT * FROM _empty_{table}"
-        return (
-            f"SELECT {PARTITION_COLUMN}, * EXCLUDE ({PARTITION_COLUMN}) FROM read_parquet({_sql_list(files)}, "
-            f"hive_partitioning = true, hive_types = {{'{PARTITION_COLUMN}': 'VARCHAR'}}, union_by_name = true)"
-        )
+        return scan
 
     @property
     def tables(self) -> list[str]:
@@ -122,20 +130,121 @@ class Run:
         return Result(relation.to_arrow_table())
 
     def analysis(self, name: str, **params: Any) -> Result:
-        """Run a packaged analysis (a file of ``sql/``) by name with named parameters."""
-        return self.sql(analysis_sql(name), params or None)
+        """Run a packaged analysis (a file of ``sql/``) by name; parameters left out take their declared defaults."""
+        if self._cluster is not None:  # the same SQL per share of profiles on the cluster, combined
+            from xprosql.dask import distributed_analysis
+
+            result = distributed_analysis(self, name, bind_parameters(name, params) or None)
+            if result is not None:
+                return result
+        return self.sql(analysis_text(name), bind_parameters(name, params) or None)
+
+    def roofline(self, *, profiles: Sequence[str] | None = None, top: int | None = None, **peaks: Any) -> pl.DataFrame:
+        """Roofline of every op, program and profile (``sql/roofline.sql``) as Polars.
+
+        ``peaks``: ``peak_flops_per_s``, ``peak_hbm_bytes_per_s`` (override every
+        device; the CPU roof) and ``peak_source``.
+
+        Example:
+            >>> run.roofline(top=10).filter(pl.col("row_kind") == "op").select("op", "bound_by")  # doctest: +SKIP
+        """
+        from xprosql.queries.roofline import roofline
+
+        return roofline(self, profiles=profiles, top=top, **peaks)
+
+    def memory_bound(self, *, profiles: Sequence[str] | None = None, top: int | None = None, **params: Any) -> pl.DataFrame:
+        """Each op compute- or memory-bound, with its share of device time; per profile the shares (``sql/memory_bound.sql``)."""
+        from xprosql.queries.roofline import memory_bound
+
+        return memory_bound(self, profiles=profiles, top=top, **params)
+
+    def utilization(self, *, profiles: Sequence[str] | None = None, level: str = "summary") -> pl.DataFrame:
+        """TPU MXU, vector, XLU, HBM and DMA utilization measured by hardware counters (``sql/utilization.sql``).
+
+        ``level``: ``summary`` (per chip and kernel), ``metrics`` (every XProf
+        metric) or ``samples`` (per counter sample); see :mod:`xprosql.queries.utilization`.
+
+        Example:
+            >>> run.utilization().select("device", "kernel", "mxu_utilization", "hbm_utilization")  # doctest: +SKIP
+        """
+        from xprosql.queries.utilization import utilization
+
+        return utilization(self, profiles=profiles, level=level)  # type: ignore[arg-type]
+
+    # Async ops, steps, bottlenecks and the HTA analyses: xprosql/queries/bottlenecks.py, hta.py.
+    def async_ops(self, *, profiles: Sequence[str] | None = None, kinds: Sequence[str] | None = None, **params: Any) -> pl.DataFrame:
+        """One row per async op (DMA, host offload, collective): window, bytes, bandwidth, coverage (``sql/async_ops.sql``).
+
+        Example:
+            >>> run.async_ops(kinds=["host_offload"]).select("start_op", "bandwidth_bytes_per_s", "status")  # doctest: +SKIP
+        """
+        from xprosql.queries import bottlenecks
+
+        return bottlenecks.async_ops(self, profiles=profiles, kinds=kinds, **params)
+
+    def async_summary(self, *, profiles: Sequence[str] | None = None, **params: Any) -> pl.DataFrame:
+        """Per profile and async kind: exposed time and bandwidth against the peak (``sql/async_summary.sql``)."""
+        from xprosql.queries import bottlenecks
+
+        return bottlenecks.async_summary(self, profiles=profiles, **params)
+
+    def steps(self, *, profiles: Sequence[str] | None = None) -> pl.DataFrame:
+        """Steps per device with wall, busy and idle time (``sql/steps.sql``)."""
+        from xprosql.queries import bottlenecks
+
+        return bottlenecks.steps(self, profiles=profiles)
+
+    def bottlenecks(self, *, profiles: Sequence[str] | None = None, scope: str | None = None, **params: Any) -> pl.DataFrame:
+        """Per step and per profile: time breakdown summing to step time and the primary bottleneck (``sql/bottlenecks.sql``).
+
+        Example:
+            >>> run.bottlenecks(scope="profile").sort("idle_share", descending=True)  # doctest: +SKIP
+        """
+        from xprosql.queries import bottlenecks
+
+        return bottlenecks.bottlenecks(self, profiles=profiles, scope=scope, **params)
+
+    def temporal_breakdown(self, *, profiles: Sequence[str] | None = None, **params: Any) -> pl.DataFrame:
+        """HTA's temporal breakdown per GPU: idle, compute, non-compute (``sql/hta_temporal_breakdown.sql``)."""
+        from xprosql.queries import hta
+
+        return hta.temporal_breakdown(self, profiles=profiles, **params)
+
+    def idle_time(self, *, profiles: Sequence[str] | None = None, **params: Any) -> pl.DataFrame:
+        """HTA's idle time per stream: host_wait, kernel_wait, other (``sql/hta_idle_time.sql``)."""
+        from xprosql.queries import hta
+
+        return hta.idle_time(self, profiles=profiles, **params)
+
+    def comm_comp_overlap(self, *, profiles: Sequence[str] | None = None, **params: Any) -> pl.DataFrame:
+        """HTA's communication / computation overlap per GPU (``sql/hta_comm_comp_overlap.sql``)."""
+        from xprosql.queries import hta
+
+        return hta.comm_comp_overlap(self, profiles=profiles, **params)
+
+    def launch_stats(self, *, profiles: Sequence[str] | None = None, **params: Any) -> pl.DataFrame:
+        """HTA's CUDA kernel launch statistics, one row per launched op (``sql/hta_launch_stats.sql``)."""
+        from xprosql.queries import hta
+
+        return hta.launch_stats(self, profiles=profiles, **params)
+
+    cuda_kernel_launch_stats = launch_stats  # HTA's name for it
+
+    def queue_length(self, *, profiles: Sequence[str] | None = None, summary: bool = False, **params: Any) -> pl.DataFrame:
+        """HTA's launch queue length per stream over time, or per stream summarised (``summary=True``)."""
+        from xprosql.queries import hta
+
+        return hta.queue_length(self, profiles=profiles, summary=summary, **params)
 
     def table(self, name: str) -> pl.LazyFrame:
         """A table as a Polars LazyFrame over the same files (``profile_id`` included)."""
         if name not in TABLES:
             raise KeyError(f"unknown table {name!r}; tables are {list(TABLES)}")
-        files = self._files[name]
-        if not files:
+        scan = self._snapshot.scan_polars(name)
+        if scan is None:
             schema = {PARTITION_COLUMN: pl.String, **pl.Schema(pl.from_arrow(TABLES[name].empty_table()).schema)}
             return pl.LazyFrame(schema=schema)
-        return pl.scan_parquet(
-            files, hive_partitioning=True, hive_schema={PARTITION_COLUMN: pl.String}, missing_columns="insert"
-        )
+        return scan
 
     @property
     def profiles(self) -> pl.DataFrame:
@@ -147,6 +256,41 @@ class Run:
 
     def close(self) -> None:
         self._con.close()
+        if self._lease is not None:
+            self._lease.release()
+
+    def compare(self, *, baseline: str, candidate: str, by: str = "op", **params: Any) -> pl.DataFrame:
+        """Per op (``by="op"``) or category (``by="category"``): time share, FLOP rate and bandwidth
+        in two cohorts of profiles (SQL predicates on ``profiles``) and the difference, by impact.
+
+        Example:
+            >>> run.compare(baseline="tags['commit'] = 'a1'", candidate="tags['commit'] = 'b2'").head(5)  # doctest: +SKIP
+        """
+        from xprosql.fleet import compare
+
+        return compare(self, baseline=baseline, candidate=candidate, by=by, **params)
+
+    def regressions(self, *, tag: str = "job", **params: Any) -> pl.DataFrame:
+        """Step-time and per-op changes over time within each value of ``tag`` (``xprosql.fleet.regressions``).
+
+        Example:
+            >>> run.regressions(tag="job").select("job", "metric", "first_profile_id", "change")  # doctest: +SKIP
+        """
+        from xprosql.fleet import regressions
+
+        return regressions(self, tag=tag, **params)
+
+    def worst(
+        self, *, by: str = "step_time_ps", n: int = 10, analysis: str | None = None, scope: str | None = None, **params: Any
+    ) -> pl.DataFrame:
+        """The ``n`` worst profiles (or steps, ``by="step"``) by a column (``xprosql.fleet.worst``).
+
+        Example:
+            >>> run.worst(by="step", n=5)                              # doctest: +SKIP
+        """
+        from xprosql.fleet import worst
+
+        return worst(self, by=by, n=n, analysis=analysis, scope=scope, **params)
 
     def __enter__(self) -> Run:
         return self
@@ -158,12 +302,22 @@ class Run:
         return f"Run({str(self.path)!r}, {len(self.profile_ids)} profiles)"
 
 
-def load(path: str | os.PathLike[str], *, profiles: Sequence[str] | None = None) -> Run:
+def load(
+    path: str | os.PathLike[str],
+    *,
+    profiles: Sequence[str] | None = None,
+    where: str | None = None,
+    cluster: Any = None,
+) -> Run:
     """Open a warehouse read-only. Cheap: lists files, copies no data.
+
+    ``where`` keeps the profiles matching a SQL predicate on ``profiles`` (tags,
+    times, hosts): only their files are read. ``cluster`` (a
+    ``dask.distributed.Client``) runs per-profile analyses on the cluster.
 
     Example:
         >>> run = load("run/")                                       # doctest: +SKIP
         >>> run.sql("SELECT count(*) FROM events").rows()            # doctest: +SKIP
         [(37443,)]
     """
-    return Run(path, profiles=profiles)
+    return Run(path, profiles=profiles, where=where, cluster=cluster)

@@ -4,20 +4,35 @@ One module per source format turns a file into Arrow record batches
 (:mod:`xprosql.ingest.xspace`, :mod:`xprosql.ingest.hlo`); this module finds
 the files, names the profiles and hands the batches to the warehouse writer.
 
+Batch ingest (``jobs=N``) decodes files in N processes; each profile still
+commits atomically, so an interrupted batch is resumed by running it again.
+
+Tags label profiles for grouping and pruning: ``tags={"job": "bert"}`` and
+``xprosql.json`` files in the profile directories (see :func:`read_metadata_file`);
+they land in ``profiles.tags``.
+
 Example:
     >>> report = ingest("logs/", into="run/")                 # doctest: +SKIP
     >>> print(report)                                          # doctest: +SKIP
     1 ingested, 0 already present, 0 failed
+    >>> ingest("fleet/", into="run/", jobs=8, tags={"team": "nlp"})   # doctest: +SKIP
 """
 
 from __future__ import annotations
 
+import concurrent.futures as cf
 import datetime as dt
 import hashlib
+import json
+import multiprocessing
 import os
-from collections.abc import Iterable
+import signal
+import sys
+import time
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import IO
 
 import pyarrow as pa
 
@@ -25,9 +40,22 @@ from xprosql.errors import IngestError
 from xprosql.ingest.kineto import decode_kineto
 from xprosql.ingest.xspace import decode_xspace
 from xprosql.models.tables import TABLES
-from xprosql.warehouse import Warehouse
+from xprosql.warehouse import AUTO_COMPACT_MIN_PROFILES, CompactReport, Warehouse
 
-__all__ = ["ingest", "IngestReport", "ProfileIngested", "find_profiles", "profile_id_of"]
+__all__ = [
+    "ingest",
+    "IngestReport",
+    "IngestInterrupted",
+    "ProfileIngested",
+    "find_profiles",
+    "profile_id_of",
+    "read_metadata_file",
+    "tags_for",
+    "METADATA_FILE",
+]
+
+# Per-directory metadata: {"tags": {"job": "bert", "commit": "3f2a..."}}; inherited by subdirectories.
+METADATA_FILE = "xprosql.json"
 
 XSPACE_SUFFIX = ".xplane.pb"
 JSON_SUFFIXES = (".json", ".json.gz")
@@ -51,6 +79,9 @@ class IngestReport:
     ingested: list[ProfileIngested] = field(default_factory=list)
     skipped: list[ProfileIngested] = field(default_factory=list)
     failed: list[tuple[str, str]] = field(default_factory=list)
+    compaction: CompactReport | None = None
+    #: files not attempted because the ingest was interrupted (run it again to resume)
+    not_done: list[str] = field(default_factory=list)
 
     @property
     def ok(self) -> bool:
@@ -65,7 +96,23 @@ class IngestReport:
             lines.append(f"  already present {item.path} ({item.profile_id})")
         for path, reason in self.failed:
             lines.append(f"  FAILED {path}: {reason}")
+        if self.not_done:
+            lines.append(f"  interrupted: {len(self.not_done)} files not done; run the same ingest again to resume")
+        if self.compaction is not None and self.compaction.packs_written:
+            lines.append(f"  compacted: {self.compaction}")
         return "\n".join(lines)
+
+
+class IngestInterrupted(KeyboardInterrupt):
+    """Ctrl-C during an ingest: what was committed stays, ``report`` says what was done.
+
+    Every committed profile is whole; running the same ingest again skips them and
+    does the rest.
+    """
+
+    def __init__(self, report: IngestReport) -> None:
+        super().__init__(f"ingest interrupted: {len(report.ingested)} ingested, {len(report.not_done)} not done")
+        self.report = report
 
 
 def profile_id_of(data: bytes) -> str:
@@ -75,6 +122,8 @@ def profile_id_of(data: bytes) -> str:
 
 def _is_profile_file(path: Path) -> bool:
     name = path.name
+    if name == METADATA_FILE:
+        return False
     if name.endswith(XSPACE_SUFFIX):
         return True
     if not name.endswith(JSON_SUFFIXES):
@@ -124,31 +173,110 @@ def _run_and_host(path: Path) -> tuple[str | None, str]:
     return run, host
 
 
-def _ingest_one(path: Path, warehouse: Warehouse, report: IngestReport) -> None:
+def read_metadata_file(path: str | os.PathLike[str]) -> dict[str, str]:
+    """The tags of one ``xprosql.json`` metadata file.
+
+    The format is a JSON object with one key, ``tags``: an object of tag names to
+    values (strings; numbers and booleans are written as JSON writes them)::
+
+        {"tags": {"job": "bert-large", "commit": "3f2a9c1", "cluster": "v6e-64"}}
+
+    Example:
+        >>> read_metadata_file("logs/bert/xprosql.json")           # doctest: +SKIP
+        {'job': 'bert-large', 'commit': '3f2a9c1', 'cluster': 'v6e-64'}
+    """
+    path = Path(path)
+    try:
+        document = json.loads(path.read_text())
+    except (OSError, UnicodeDecodeError, ValueError) as exc:
+        raise IngestError(path, f"unreadable metadata file: {exc}") from None
+    if not isinstance(document, dict) or set(document) - {"tags"}:
+        raise IngestError(path, 'metadata file must be a JSON object with the key "tags", e.g. {"tags": {"job": "bert"}}')
+    tags = document.get("tags", {})
+    if not isinstance(tags, dict):
+        raise IngestError(path, '"tags" must be an object of tag names to values')
+    result = {}
+    for key, value in tags.items():
+        if not key or "=" in key:
+            raise IngestError(path, f"bad tag name {key!r}")
+        if isinstance(value, (dict, list)) or value is None:
+            raise IngestError(path, f"tag {key!r}: value must be a string, number or boolean")
+        result[key] = value if isinstance(value, str) else json.dumps(value)
+    return result
+
+
+def tags_for(
+    path: str | os.PathLike[str],
+    *,
+    root: str | os.PathLike[str] | None = None,
+    tags: Mapping[str, str] | None = None,
+    _cache: dict[Path, dict[str, str]] | None = None,
+) -> dict[str, str]:
+    """Tags of the profile at ``path``: the ``xprosql.json`` files of its directory and of
+    each directory above it up to ``root`` (the directory given to ingest; by default the
+    profile's own directory), the deeper file winning, then ``tags`` over all of them.
+
+    Example:
+        >>> tags_for("logs/bert/run1/host0.xplane.pb", root="logs", tags={"team": "nlp"})  # doctest: +SKIP
+        {'job': 'bert-large', 'commit': '3f2a9c1', 'team': 'nlp'}
+    """
+    path = Path(path).absolute()
+    top = Path(root).absolute() if root is not None else path.parent
+    if top.is_file():
+        top = top.parent
+    directories = []
+    directory = path.parent
+    while True:
+        directories.append(directory)
+        if directory == top or directory.parent == directory:
+            break
+        directory = directory.parent
+    if top not in directories:  # root is not above path: only the profile's own directory
+        directories = [path.parent]
+    merged: dict[str, str] = {}
+    for directory in reversed(directories):
+        if _cache is not None and directory in _cache:
+            found = _cache[directory]
+        else:
+            candidate = directory / METADATA_FILE
+            found = read_metadata_file(candidate) if candidate.is_file() else {}
+            if _cache is not None:
+                _cache[directory] = found
+        merged.update(found)
+    merged.update(tags or {})
+    return dict(sorted(merged.items()))
+
+
+def _ingest_one(path: Path, warehouse: Warehouse, report: IngestReport, *, tags: Mapping[str, str] | None = None) -> None:
+    result, written = _ingest_file(path, warehouse, tags=tags)
+    (report.ingested if written else report.skipped).append(result)
+
+
+def _ingest_file(path: Path, warehouse: Warehouse, *, tags: Mapping[str, str] | None) -> tuple[ProfileIngested, bool]:
     try:
         data = path.read_bytes()
     except OSError as exc:
         raise IngestError(path, f"cannot read: {exc.strerror or exc}") from None
     profile_id = profile_id_of(data)
     if warehouse.has_profile(profile_id):
-        report.skipped.append(ProfileIngested(str(path), profile_id))
-        return
+        return ProfileIngested(str(path), profile_id), False
     run, host = _run_and_host(path)
     with warehouse.stage(profile_id) as staged:
         try:
             for table, batch in _decoder(path, data)(data, source=str(path)):
                 if table == "profiles":
-                    batch = _complete_profile_row(batch, path=path, data=data, run=run, host=host)
+                    batch = _complete_profile_row(batch, path=path, data=data, run=run, host=host, tags=tags or {})
                 staged.write(table, batch)
         except (OverflowError, ValueError, TypeError, KeyError, pa.ArrowException) as exc:
             # A file that parses but holds impossible values (times past int64 ps, ...).
             raise IngestError(path, f"corrupt content: {type(exc).__name__}: {exc}") from None
         written = warehouse.commit(staged)
-    result = ProfileIngested(str(path), profile_id, {t: n for t, n in staged.rows.items()})
-    (report.ingested if written else report.skipped).append(result)
+    return ProfileIngested(str(path), profile_id, {t: n for t, n in staged.rows.items()}), written
 
 
-def _complete_profile_row(batch: pa.RecordBatch, *, path: Path, data: bytes, run: str | None, host: str) -> pa.RecordBatch:
+def _complete_profile_row(
+    batch: pa.RecordBatch, *, path: Path, data: bytes, run: str | None, host: str, tags: Mapping[str, str]
+) -> pa.RecordBatch:
     from xprosql import __version__
 
     row = batch.to_pylist()[0]
@@ -156,6 +284,7 @@ def _complete_profile_row(batch: pa.RecordBatch, *, path: Path, data: bytes, run
         source_path=str(path.resolve()),
         host=row["host"] or host,
         run=run,
+        tags=sorted(tags.items()),
         file_bytes=len(data),
         content_sha256=hashlib.sha256(data).hexdigest(),
         ingested_at=dt.datetime.now(dt.timezone.utc),
@@ -164,26 +293,116 @@ def _complete_profile_row(batch: pa.RecordBatch, *, path: Path, data: bytes, run
     return pa.RecordBatch.from_pylist([row], schema=TABLES["profiles"])
 
 
+def _task(path: str, into: str, tags: dict[str, str]) -> tuple[str, str, str, object]:
+    """One file in a worker process: ("ingested" | "skipped", path, profile_id, rows) or ("failed", path, "", reason)."""
+    try:
+        result, written = _ingest_file(Path(path), Warehouse(into), tags=tags)
+    except IngestError as exc:
+        return "failed", exc.path, "", exc.problem
+    except Exception as exc:  # a bug must not stop the batch: report it against the file
+        return "failed", path, "", f"internal error: {type(exc).__name__}: {exc}"
+    return ("ingested" if written else "skipped"), result.path, result.profile_id, result.rows
+
+
+def _worker_init() -> None:
+    # The parent decides what Ctrl-C does: it lets running files finish and commit.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
+class _Progress:
+    """A one-line progress bar on stderr: done/total, files/s, MB/s, ETA, failures.
+
+    On a terminal it redraws in place; elsewhere (logs, CI) it prints a line every
+    ``every`` seconds.
+    """
+
+    def __init__(self, total: int, total_bytes: int, *, stream: IO[str] | None = None, every: float = 10.0) -> None:
+        self.total, self.total_bytes = total, max(total_bytes, 1)
+        self.done = self.done_bytes = self.failed = 0
+        self.stream = stream or sys.stderr
+        self.tty = hasattr(self.stream, "isatty") and self.stream.isatty()
+        self.every = 0.1 if self.tty else every
+        self.start = self.last = time.monotonic()
+        self._draw(force=True)
+
+    def update(self, nbytes: int, *, failed: bool = False) -> None:
+        self.done += 1
+        self.done_bytes += nbytes
+        self.failed += failed
+        self._draw(force=self.done == self.total)
+
+    def _draw(self, *, force: bool = False) -> None:
+        now = time.monotonic()
+        if not force and now - self.last < self.every:
+            return
+        self.last = now
+        elapsed = max(now - self.start, 1e-9)
+        fraction = self.done_bytes / self.total_bytes
+        eta = elapsed * (1 - fraction) / fraction if fraction > 0 else None
+        width = 24
+        bar = "#" * int(width * self.done / max(self.total, 1))
+        text = (
+            f"ingest [{bar:<{width}}] {self.done}/{self.total} {self.done / elapsed:.1f} files/s "
+            f"{self.done_bytes / elapsed / 1e6:.1f} MB/s ETA {_duration(eta)}"
+            + (f" {self.failed} failed" if self.failed else "")
+        )
+        self.stream.write(("\r" + text + "\x1b[K") if self.tty else text + "\n")
+        self.stream.flush()
+
+    def close(self) -> None:
+        if self.tty:
+            self.stream.write("\n")
+            self.stream.flush()
+
+
+def _duration(seconds: float | None) -> str:
+    if seconds is None:
+        return "?"
+    seconds = int(seconds + 0.5)
+    return f"{seconds // 3600}h{seconds % 3600 // 60:02d}m" if seconds >= 3600 else f"{seconds // 60}m{seconds % 60:02d}s"
+
+
 def ingest(
     sources: str | os.PathLike[str] | Iterable[str | os.PathLike[str]],
     *,
     into: str | os.PathLike[str],
+    jobs: int = 1,
+    tags: Mapping[str, str] | None = None,
+    progress: bool | None = None,
+    compact: bool | str = "auto",
 ) -> IngestReport:
     """Ingest profile files or directories into the warehouse at ``into``.
 
     Bad files are reported in ``report.failed`` with the reason, and the good
     ones are ingested; a file already in the warehouse (same content) is
-    skipped. Each profile is committed atomically.
+    skipped. Each profile is committed atomically, so an interrupted ingest
+    (Ctrl-C raises :class:`IngestInterrupted`; a killed process) is resumed by
+    running it again, without loss or duplicates.
+
+    Options:
+        jobs: processes decoding files at once (1: in this process).
+        tags: tags of every profile, over those of ``xprosql.json`` files (:func:`tags_for`).
+        progress: a progress bar on stderr; default: when stderr is a terminal.
+        compact: "auto" packs small profiles once enough are unpacked
+            (``AUTO_COMPACT_MIN_PROFILES``); True always; False never.
 
     Example:
         >>> report = ingest(["a.xplane.pb", "logs/"], into="run/")   # doctest: +SKIP
         >>> report.ok                                                # doctest: +SKIP
         True
+        >>> ingest("fleet/", into="run/", jobs=8, tags={"job": "bert"}, progress=True)  # doctest: +SKIP
     """
     if isinstance(sources, (str, os.PathLike)):
         sources = [sources]
+    for key in tags or {}:
+        if not key or "=" in key:
+            raise ValueError(f"bad tag name {key!r}")
     warehouse = Warehouse(into)
     report = IngestReport()
+    # Leftovers of killed ingests (staging folders, half-moved partitions) go first.
+    warehouse.collect_garbage()
+    work: list[tuple[Path, dict[str, str]]] = []
+    cache: dict[Path, dict[str, str]] = {}
     for source in sources:
         try:
             paths = find_profiles(source)
@@ -192,7 +411,89 @@ def ingest(
             continue
         for path in paths:
             try:
-                _ingest_one(path, warehouse, report)
+                work.append((path, tags_for(path, root=source, tags=tags, _cache=cache)))
             except IngestError as exc:
-                report.failed.append((exc.path, exc.problem))
+                report.failed.append((str(path), f"not ingested: {exc}"))
+    sizes = {}
+    for path, _ in work:
+        try:
+            sizes[path] = path.stat().st_size
+        except OSError:
+            sizes[path] = 0
+    show = sys.stderr.isatty() if progress is None else progress
+    bar = _Progress(len(work), sum(sizes.values())) if show and work else None
+    try:
+        if jobs <= 1 or len(work) <= 1:
+            _ingest_serial(work, warehouse, report, bar, sizes)
+        else:
+            _ingest_parallel(work, into, jobs, report, bar, sizes)
+    finally:
+        if bar is not None:
+            bar.close()
+    if report.ingested and (compact is True or (compact == "auto" and warehouse.small_unpacked() >= AUTO_COMPACT_MIN_PROFILES)):
+        report.compaction = warehouse.compact(wait=compact is True)
     return report
+
+
+def _ingest_serial(
+    work: list[tuple[Path, dict[str, str]]], warehouse: Warehouse, report: IngestReport, bar: _Progress | None, sizes: dict[Path, int]
+) -> None:
+    for index, (path, file_tags) in enumerate(work):
+        try:
+            _ingest_one(path, warehouse, report, tags=file_tags)
+        except IngestError as exc:
+            report.failed.append((exc.path, exc.problem))
+        except KeyboardInterrupt:  # the profile being written was discarded whole
+            report.not_done = [str(p) for p, _ in work[index:]]
+            raise IngestInterrupted(report) from None
+        if bar is not None:
+            bar.update(sizes[path], failed=bool(report.failed) and report.failed[-1][0] == str(path))
+
+
+def _ingest_parallel(
+    work: list[tuple[Path, dict[str, str]]], into: str | os.PathLike[str], jobs: int, report: IngestReport,
+    bar: _Progress | None, sizes: dict[Path, int],
+) -> None:
+    # spawn: the parent may hold DuckDB and Polars thread pools, which fork would copy mid-flight.
+    context = multiprocessing.get_context("spawn")
+    executor = cf.ProcessPoolExecutor(max_workers=min(jobs, len(work)), mp_context=context, initializer=_worker_init)
+    futures = {executor.submit(_task, str(path), str(into), file_tags): path for path, file_tags in work}
+    pending = set(futures)
+
+    def collect(done: Iterable[cf.Future]) -> None:
+        for future in done:
+            path = futures[future]
+            try:
+                status, name, profile_id, payload = future.result()
+            except cf.process.BrokenProcessPool as exc:
+                status, name, profile_id, payload = "failed", str(path), "", f"worker process died: {exc}"
+            if status == "failed":
+                report.failed.append((name, str(payload)))
+            else:
+                item = ProfileIngested(name, profile_id, payload if isinstance(payload, dict) else {})
+                (report.ingested if status == "ingested" else report.skipped).append(item)
+            if bar is not None:
+                bar.update(sizes[path], failed=status == "failed")
+
+    try:
+        while pending:
+            done, pending = cf.wait(pending, return_when=cf.FIRST_COMPLETED)
+            collect(done)
+    except KeyboardInterrupt:
+        # Stop handing out files; the ones running finish and commit (a second Ctrl-C stops at once).
+        not_started = [f for f in pending if f.cancel()]
+        report.not_done = sorted(str(futures[f]) for f in not_started)
+        try:
+            running = [f for f in pending if not f.cancelled()]
+            collect(cf.wait(running).done)
+        except KeyboardInterrupt:
+            for process in list(getattr(executor, "_processes", {}).values()):
+                process.terminate()
+            report.not_done = sorted(str(futures[f]) for f in pending if not f.done() or f.cancelled())
+        executor.shutdown(wait=False, cancel_futures=True)
+        raise IngestInterrupted(report) from None
+    executor.shutdown(wait=True)
+    order = {str(path): i for i, (path, _) in enumerate(work)}
+    report.ingested.sort(key=lambda item: order.get(item.path, 0))
+    report.skipped.sort(key=lambda item: order.get(item.path, 0))
+    report.failed.sort(key=lambda item: order.get(item[0], len(order)))

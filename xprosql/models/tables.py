@@ -1,10 +1,11 @@
 """The warehouse tables: names, columns, types, units and descriptions.
 
-This module is the public contract of the Parquet warehouse. Every table is
-hive-partitioned by ``profile_id`` (a directory ``<table>/profile_id=<id>/``),
-so ``profile_id`` is not stored inside the files; readers that enable hive
-partitioning (DuckDB, Polars, Spark, pandas/pyarrow datasets) see it as a
-string column.
+This module is the public contract of the Parquet warehouse. A fresh ingest
+writes one hive partition per profile (``<table>/profile_id=<id>/``, where
+``profile_id`` comes from the directory name); compaction merges small profiles
+into ``<table>/_packs/*.parquet`` files that store ``profile_id`` as a column,
+listed by the current ``_manifests/<generation>.json``. ``xprosql.load`` reads
+both; see the README for reading them without xprosql.
 
 Times are integer picoseconds relative to the profile's ``start_ns``.
 
@@ -47,6 +48,7 @@ TABLES: dict[str, pa.Schema] = {
         _col("source_path", pa.string(), "absolute path of the ingested file"),
         _col("host", pa.string(), "host the profile was taken on (XSpace hostnames, else the file name)"),
         _col("run", pa.string(), "run directory of a jax.profiler.trace log (plugins/profile/<run>/)"),
+        _col("tags", pa.map_(pa.string(), pa.string()), "user tags: ingest --tag k=v and xprosql.json files of the profile's directories; read one with tags['job']"),
         _col("format", _dict_str, "source format: xspace, kineto (PyTorch profiler JSON) or cupti (xprosql.cupti recording)"),
         _col("start_ns", pa.int64(), "profile time origin: the earliest event start", "ns since epoch (as recorded)"),
         _col("duration_ps", pa.int64(), "latest event end minus start_ns", "ps"),
@@ -189,16 +191,16 @@ TABLES: dict[str, pa.Schema] = {
         _col("correlation_id", pa.int64(), "CUPTI correlation id: joins kernels and memcpys"),
     ]),
     "counters": pa.schema([
-        _col("event_id", pa.int64(), "events.event_id of the range or sample the value belongs to"),
-        _col("device_id", pa.int32(), "devices.device_id"),
-        _col("kernel", pa.string(), "kernel or line the value was read for"),
-        _col("sample", pa.int64(), "sample or range number within the profile"),
-        _col("counter_id", pa.int64(), "counter id, when the source numbers counters"),
-        _col("counter", _dict_str, "counter name, e.g. smsp__sass_thread_inst_executed_op_ffma_pred_on.sum"),
+        _col("event_id", pa.int64(), "events.event_id of the counter event or range; NULL for plane-level stats"),
+        _col("device_id", pa.int32(), "devices.device_id (TPU counters: the chip's plane)"),
+        _col("kernel", pa.string(), "kernel the value was read for: XSpace the sample line's name (XProf's Kernel), Kineto the range name"),
+        _col("sample", pa.int64(), "sample: XSpace the line id (XProf's Sample), on _counters_ lines the interval's rank; Kineto the range's rank"),
+        _col("counter_id", pa.int64(), "counter id: performance_counter_id stat; an unnamed TPU counter event without one: its metadata id"),
+        _col("counter", _dict_str, "counter name (TPU: lowercased as XProf shows it, else from the xprof wheel's id dictionary), e.g. smsp__sass_thread_inst_executed_op_ffma_pred_on.sum"),
         _col("description", pa.string(), "counter description, when the source has it"),
-        _col("counter_set", pa.string(), "counter set, when the source has it"),
-        _col("value", pa.uint64(), "raw value, when an unsigned integer"),
-        _col("value_double", pa.float64(), "value as a double (scaled or fractional values)"),
+        _col("counter_set", pa.string(), "counter set, when the source has it; 'plane' for plane-level utilization stats"),
+        _col("value", pa.uint64(), "raw value, when a non-negative integer (the all-ones 'could not read' value is dropped and counted in profiles.drop_reasons)"),
+        _col("value_double", pa.float64(), "value as a double: every numeric value, fractional ones only here"),
         _col("start_ps", pa.int64(), "start of the range or sample", "ps"),
         _col("end_ps", pa.int64(), "end of the range or sample", "ps"),
     ]),
@@ -250,6 +252,9 @@ TABLES: dict[str, pa.Schema] = {
         _col("instruction_dimensions", pa.list_(pa.int64()), "the instruction's dimensions field (reduce, broadcast, ...)"),
         _col("parameter_number", pa.int64(), "parameter index of a parameter instruction"),
         _col("tuple_index", pa.int64(), "index of a get-tuple-element"),
+        _col("derived_flops", pa.int64(), "FLOPs of one execution, derived from the HLO by XLA's cost-analysis rules (fusions: their body; null: unknown, e.g. custom-call). A module's total is the sum over its entry computation", "FLOP"),
+        _col("derived_transcendentals", pa.int64(), "transcendental ops (exp, tanh, ...) of one execution, derived like derived_flops"),
+        _col("derived_bytes_accessed", pa.int64(), "bytes read and written by one execution, derived from operand and result sizes (fusions: what their body reads plus their results)", "bytes"),
     ]),
 }
 
@@ -276,7 +281,8 @@ def tables_markdown() -> str:
         "",
         "Generated from `xprosql/models/tables.py`; a test checks it is current. Regenerate with",
         "`python -c 'from xprosql.models.tables import tables_markdown as t; print(t(), end=\"\")' > docs/tables.md`.",
-        "Every table is hive-partitioned by `profile_id` (`<table>/profile_id=<id>/part-0.parquet`);",
+        "A fresh ingest writes one partition per profile (`<table>/profile_id=<id>/part-0.parquet`); compaction",
+        "merges small profiles into `<table>/_packs/*.parquet` (with a `profile_id` column) listed in `_manifests/`;",
         "times are integer picoseconds relative to `profiles.start_ns`.",
     ]
     for name, schema in TABLES.items():

@@ -1,0 +1,110 @@
+"""Ingest speed and peak memory against the reference tools, on the same files.
+
+Run: python benchmarks/ingest_speed.py FILE... [--repeat N]
+(default: the real samples in ../shared/data; build large inputs with
+make_large_xspace.py and make_large_kineto.py). Each measurement runs in a fresh
+process, which reports its wall time and peak RSS; the reference tool is XProf's
+C++ XSpace -> Parquet converter for *.xplane.pb and Holistic Trace Analysis'
+trace loading for Kineto JSON. Prints one Markdown row per file, with ratios
+(reference / xprosql: above 1 means xprosql is faster or smaller).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+SHARED = Path(__file__).resolve().parents[2] / "shared" / "data"
+
+# Each prints {"seconds": wall time of the work, "peak_mb": peak RSS of the process, "baseline_mb": after imports}.
+_PRELUDE = """
+import json, resource, sys, time
+def peak_mb():
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+"""
+_XPROSQL = _PRELUDE + """
+import tempfile, xprosql
+# Warm up on another file first (numba's cached code, first-call costs): a batch ingest pays them once.
+warmup = tempfile.mkdtemp()
+xprosql.ingest(sys.argv[3], into=warmup + "/run")
+baseline = peak_mb()
+start = time.perf_counter()
+report = xprosql.ingest(sys.argv[1], into=sys.argv[2])
+assert report.ok, str(report)
+print(json.dumps({"seconds": time.perf_counter() - start, "peak_mb": peak_mb(), "baseline_mb": baseline,
+                  "events": report.ingested[0].rows["events"]}))
+"""
+_XPROF = _PRELUDE + """
+from xprof.convert.events_db.python.pywrap_events_db_c_api import xspace_to_parquet
+baseline = peak_mb()
+start = time.perf_counter()
+xspace_to_parquet(input_path=sys.argv[1], output_path=sys.argv[2] + ".parquet")
+print(json.dumps({"seconds": time.perf_counter() - start, "peak_mb": peak_mb(), "baseline_mb": baseline}))
+"""
+_HTA = _PRELUDE + """
+import logging
+logging.disable(logging.WARNING)
+from hta.trace_analysis import TraceAnalysis
+baseline = peak_mb()
+start = time.perf_counter()
+TraceAnalysis(trace_dir=sys.argv[1])
+print(json.dumps({"seconds": time.perf_counter() - start, "peak_mb": peak_mb(), "baseline_mb": baseline}))
+"""
+
+
+def _run(script: str, *args: str) -> dict:
+    done = subprocess.run([sys.executable, "-c", script, *args], capture_output=True, text=True, check=True)
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def _best(script: str, make_args, repeat: int) -> dict:
+    results = [_run(script, *make_args(i)) for i in range(repeat)]
+    return min(results, key=lambda r: r["seconds"])
+
+
+def measure(path: Path, *, repeat: int) -> str:
+    with tempfile.TemporaryDirectory() as tmp:
+        work = Path(tmp)
+        if path.name.endswith(".xplane.pb"):
+            reference_name = "XProf events_db"
+            reference = _best(_XPROF, lambda i: (str(path), str(work / f"xprof{i}")), repeat)
+        else:
+            reference_name = "HTA load"
+            trace_dir = work / "trace"
+            trace_dir.mkdir()
+            shutil.copy(path, trace_dir / path.name)
+            reference = _best(_HTA, lambda i: (str(trace_dir),), repeat)
+        warmup = SHARED / ("xspace/gpu_v100_tf_bert.xplane.pb" if path.name.endswith(".xplane.pb")
+                           else "kineto/sampled_rank1.json.gz")
+        ours = _best(_XPROSQL, lambda i: (str(path), str(work / f"run{i}"), str(warmup)), repeat)
+    events = ours["events"]
+    ours_extra = ours["peak_mb"] - ours["baseline_mb"]
+    reference_extra = reference["peak_mb"] - reference["baseline_mb"]
+    return (
+        f"| {path.name} | {path.stat().st_size / 1e6:.1f} MB | {events:,} | {reference_name} | "
+        f"{reference['seconds']:.2f} s | {ours['seconds']:.2f} s | {events / ours['seconds'] / 1e6:.2f} M/s | "
+        f"**{reference['seconds'] / ours['seconds']:.1f}x** | {reference_extra:.0f} MB | {ours_extra:.0f} MB | "
+        f"**{reference_extra / max(ours_extra, 1):.1f}x** |"
+    )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    default = sorted((SHARED / "xspace").glob("*.xplane.pb")) + [SHARED / "kineto" / "a100_nccl_rank0.json.gz"]
+    parser.add_argument("files", nargs="*", type=Path, default=default)
+    parser.add_argument("--repeat", type=int, default=3)
+    args = parser.parse_args()
+    print("| file | size | events | reference | reference time | xprosql ingest | xprosql events/s "
+          "| speed ratio | reference peak (above imports) | xprosql peak (above imports) | memory ratio |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
+    for path in args.files:
+        print(measure(path, repeat=args.repeat), flush=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,192 @@
+"""Batch ingest: parallel processes, failures listed, skip by content, interrupt and resume, tags."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from conftest import SHARED_DATA, TPU_SAMPLE
+
+import xprosql
+from xprosql.cli import main
+from xprosql.ingest import IngestInterrupted, read_metadata_file, tags_for
+from xprosql.models import TABLES
+from xprosql.warehouse import Warehouse
+
+# Real files, smallest first; the TPU sample last so that a killed ingest has work left.
+SMALL_KINETO = ["triton_example", "cpu_only", "event_sync_multi_stream", "mi250_rocm", "alexnet", "cupti_counters",
+                "sampled_rank0", "sampled_rank1"]
+
+
+def table_digest(root: Path) -> dict[str, tuple[int, int]]:
+    """Per table: rows and an order-free hash of every row (ingested_at left out: it is the wall clock)."""
+    run = xprosql.load(root)
+    digest = {}
+    for table in TABLES:
+        drop = " EXCLUDE (ingested_at)" if table == "profiles" else ""
+        digest[table] = run.sql(
+            f"SELECT count(*), coalesce(sum(hash(to_json(r))), 0) FROM (SELECT *{drop} FROM {table}) AS r"
+        ).rows()[0]
+    run.close()
+    return digest
+
+
+@pytest.fixture(scope="module")
+def logs(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A log tree of real profiles in two jobs, with xprosql.json metadata files."""
+    root = tmp_path_factory.mktemp("logs")
+    for index, name in enumerate(SMALL_KINETO):
+        job = "a" if index % 2 else "b"
+        target = root / job / f"run{index % 3}"
+        target.mkdir(parents=True, exist_ok=True)
+        shutil.copy(SHARED_DATA / "kineto" / f"{name}.json.gz", target / f"{name}.json.gz")
+    shutil.copy(TPU_SAMPLE, root / "b" / "run2" / "tpu.xplane.pb")
+    (root / "xprosql.json").write_text(json.dumps({"tags": {"team": "ml", "job": "unset"}}))
+    (root / "a" / "xprosql.json").write_text(json.dumps({"tags": {"job": "alpha", "gpus": 8}}))
+    (root / "b" / "xprosql.json").write_text(json.dumps({"tags": {"job": "beta"}}))
+    (root / "b" / "run2" / "xprosql.json").write_text(json.dumps({"tags": {"commit": "c2"}}))
+    return root
+
+
+@pytest.fixture(scope="module")
+def serial_warehouse(logs: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    root = tmp_path_factory.mktemp("serial") / "run"
+    report = xprosql.ingest(logs, into=root, compact=False)
+    assert report.ok and len(report.ingested) == len(SMALL_KINETO) + 1, str(report)
+    return root
+
+
+def test_parallel_equals_serial_and_skips_by_content(logs: Path, serial_warehouse: Path, tmp_path: Path) -> None:
+    bad = tmp_path / "extra"
+    bad.mkdir()
+    (bad / "truncated.xplane.pb").write_bytes(TPU_SAMPLE.read_bytes()[:4000])
+    (bad / "notjson.json").write_text("{ not json")
+    root = tmp_path / "run"
+    report = xprosql.ingest([logs, bad], into=root, jobs=2, compact=False)
+    assert len(report.ingested) == len(SMALL_KINETO) + 1 and report.skipped == []
+    failed = dict(report.failed)
+    assert set(failed) == {str(bad / "truncated.xplane.pb"), str(bad / "notjson.json")}
+    assert all(reason for reason in failed.values())
+    assert table_digest(root) == table_digest(serial_warehouse)
+    again = xprosql.ingest(logs, into=root, jobs=2)
+    assert again.ingested == [] and len(again.skipped) == len(SMALL_KINETO) + 1
+    copy = tmp_path / "same_content_other_name.xplane.pb"
+    shutil.copy(TPU_SAMPLE, copy)
+    assert [s.path for s in xprosql.ingest([copy, copy], into=root, jobs=2).skipped] == [str(copy)] * 2
+
+
+def test_interrupted_in_process_then_resumed_equals_uninterrupted(
+    logs: Path, serial_warehouse: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    root = tmp_path / "run"
+    real_rename = os.rename
+    calls = {"n": 0}
+
+    def rename_then_ctrl_c(src: str, dst: str) -> None:
+        calls["n"] += 1
+        if calls["n"] == len(TABLES) * 3 + 5:  # the 4th profile, midway through its commit
+            raise KeyboardInterrupt
+        real_rename(src, dst)
+
+    monkeypatch.setattr(os, "rename", rename_then_ctrl_c)
+    with pytest.raises(IngestInterrupted) as caught:
+        xprosql.ingest(logs, into=root, compact=False)
+    monkeypatch.setattr(os, "rename", real_rename)
+    report = caught.value.report
+    assert len(report.ingested) == 3 and len(report.not_done) == len(SMALL_KINETO) + 1 - 3
+    assert len(xprosql.load(root).profile_ids) == 3  # the half-moved 4th is invisible
+    resumed = xprosql.ingest(logs, into=root, compact=False)
+    assert len(resumed.skipped) == 3 and len(resumed.ingested) == len(SMALL_KINETO) + 1 - 3
+    assert table_digest(root) == table_digest(serial_warehouse)
+    assert not [p for p in root.iterdir() if p.name.startswith(".staging-")]
+
+
+def test_killed_parallel_ingest_then_resumed_equals_uninterrupted(logs: Path, serial_warehouse: Path, tmp_path: Path) -> None:
+    """SIGKILL to the whole process group of a --jobs 2 ingest: no cleanup runs at all."""
+    root = tmp_path / "run"
+    command = [sys.executable, "-m", "xprosql.cli", "ingest", str(logs), "--into", str(root), "--jobs", "2", "--compact", "never"]
+    process = subprocess.Popen(command, start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 60
+    committed: list[str] = []
+    while time.monotonic() < deadline and process.poll() is None:
+        committed = Warehouse(root).profile_ids() if (root / "profiles").is_dir() else []
+        if committed:
+            break
+        time.sleep(0.005)
+    os.killpg(process.pid, signal.SIGKILL)
+    process.wait()
+    while True:  # the workers too: a dying one still holds its staging folder's lock
+        try:
+            os.killpg(process.pid, 0)
+        except ProcessLookupError:
+            break
+        time.sleep(0.01)
+    assert 1 <= len(committed), "the ingest committed nothing before the deadline"
+    before_resume = len(Warehouse(root).profile_ids())
+    resumed = xprosql.ingest(logs, into=root, jobs=2, compact=False)
+    assert resumed.ok and len(resumed.skipped) == before_resume
+    assert len(resumed.ingested) + len(resumed.skipped) == len(SMALL_KINETO) + 1
+    assert table_digest(root) == table_digest(serial_warehouse)
+    assert not [p for p in root.iterdir() if p.name.startswith(".staging-")]  # the dead workers' folders went
+
+
+def test_tags_from_metadata_files_and_options(logs: Path, tmp_path: Path) -> None:
+    root = tmp_path / "run"
+    assert xprosql.ingest(logs, into=root, tags={"cluster": "east", "team": "infra"}, compact=False).ok
+    run = xprosql.load(root)
+    rows = {name: dict(tags) for name, tags in run.sql("SELECT split_part(source_path, '/', -1), tags FROM profiles").rows()}
+    assert rows["tpu.xplane.pb"] == {"cluster": "east", "commit": "c2", "job": "beta", "team": "infra"}
+    assert rows["triton_example.json.gz"] == {"cluster": "east", "job": "beta", "team": "infra"}  # deeper file wins
+    assert rows["cpu_only.json.gz"] == {"cluster": "east", "gpus": "8", "job": "alpha", "team": "infra"}
+    # Grouping by a tag, and pruning: a predicate on tags reads only the matching profiles' files.
+    by_job = dict(run.sql("SELECT tags['job'], count(*) FROM profiles GROUP BY ALL").rows())
+    assert by_job == {"alpha": 4, "beta": 5}
+    alpha = xprosql.load(root, where="tags['job'] = 'alpha'")
+    assert len(alpha.profile_ids) == 4
+    assert len(alpha.connection.execute("SELECT * FROM events").fetchall()) == run.sql(
+        "SELECT count(*) FROM events JOIN profiles USING (profile_id) WHERE tags['job'] = 'alpha'"
+    ).rows()[0][0]
+    assert all(any(f"profile_id={p}" in f for p in alpha.profile_ids) for f in alpha._files["events"])
+    assert len(alpha._files["events"]) == 4 < len(run._files["events"])
+
+
+def test_metadata_file_format(tmp_path: Path) -> None:
+    (tmp_path / "x").mkdir()
+    (tmp_path / "x" / "xprosql.json").write_text('{"tags": {"job": "j", "n": 3, "ok": true}}')
+    assert read_metadata_file(tmp_path / "x" / "xprosql.json") == {"job": "j", "n": "3", "ok": "true"}
+    assert tags_for(tmp_path / "x" / "p.json.gz", root=tmp_path) == {"job": "j", "n": "3", "ok": "true"}
+    (tmp_path / "xprosql.json").write_text('{"tag": {"job": "typo"}}')
+    with pytest.raises(xprosql.IngestError, match='the key "tags"'):
+        tags_for(tmp_path / "x" / "p.json.gz", root=tmp_path)
+
+
+def test_bad_metadata_file_fails_its_profiles_only(tmp_path: Path) -> None:
+    logs = tmp_path / "logs"
+    (logs / "good").mkdir(parents=True)
+    (logs / "bad").mkdir()
+    shutil.copy(SHARED_DATA / "kineto" / "cpu_only.json.gz", logs / "good")
+    shutil.copy(SHARED_DATA / "kineto" / "triton_example.json.gz", logs / "bad")
+    (logs / "bad" / "xprosql.json").write_text("{broken")
+    report = xprosql.ingest(logs, into=tmp_path / "run")
+    assert [Path(i.path).name for i in report.ingested] == ["cpu_only.json.gz"]
+    assert len(report.failed) == 1 and "xprosql.json" in report.failed[0][1]
+
+
+def test_cli_batch_ingest(logs: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    root = tmp_path / "run"
+    code = main(["ingest", str(logs), "--into", str(root), "--jobs", "2", "--tag", "team=x", "--progress", "-q", "--compact", "never"])
+    out, err = capsys.readouterr()
+    assert code == 0
+    assert f"{len(SMALL_KINETO) + 1} ingested, 0 already present, 0 failed" in out
+    assert "ingested " not in out.replace(f"{len(SMALL_KINETO) + 1} ingested", "")  # -q: no line per file
+    assert "files/s" in err and "ETA" in err and f"{len(SMALL_KINETO) + 1}/{len(SMALL_KINETO) + 1}" in err
+    run = xprosql.load(root)
+    assert run.sql("SELECT DISTINCT tags['team'] FROM profiles").rows() == [("x",)]
+    assert main(["ingest", str(logs), "--into", str(root), "--tag", "oops"]) == 2

@@ -1,0 +1,97 @@
+"""Fleet queries over a small fleet made from a real trace: compare, regressions, worst.
+
+The fleet is the real Kineto trace sampled_rank0 re-serialized by the benchmark's
+corpus builder (times shifted per profile). The regression is injected, since no
+real file shows one: from the 6th profile of job "reg" on, the kernel with the
+most time runs 30% longer (benchmarks/make_corpus.py, REGRESSION_FACTOR).
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import polars as pl
+import pytest
+from conftest import SHARED_DATA
+
+import xprosql
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+import make_corpus  # noqa: E402
+
+PER_JOB = 10
+CHANGE_AT = 5
+
+
+@pytest.fixture(scope="module")
+def fleet(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    if not (SHARED_DATA / "kineto" / "sampled_rank0.json.gz").exists():
+        pytest.skip("real sample missing")
+    logs = tmp_path_factory.mktemp("fleet")
+    for job in ("reg", "flat"):
+        (logs / job).mkdir()
+        (logs / job / "xprosql.json").write_text(json.dumps({"tags": {"job": job}}))
+        for i in range(PER_JOB):
+            commit = f"c{int(i >= CHANGE_AT)}"
+            directory = logs / job / commit
+            directory.mkdir(exist_ok=True)
+            (directory / "xprosql.json").write_text(json.dumps({"tags": {"commit": commit}}))
+            start_ns = make_corpus.BASE_TIME_NS + (i * 3600 + (job == "flat")) * 10**9
+            data = make_corpus.make_kineto("sampled", rank=i, start_ns=start_ns, regress=job == "reg" and i >= CHANGE_AT)
+            (directory / f"{job}-host{i:02d}.json.gz").write_bytes(data)
+    root = tmp_path_factory.mktemp("fleetwh") / "run"
+    report = xprosql.ingest(logs, into=root, jobs=2)
+    assert report.ok and len(report.ingested) == 2 * PER_JOB, str(report)
+    return root
+
+
+def _host_of(run: xprosql.Run, profile_id: str) -> str:
+    return run.sql("SELECT host FROM profiles WHERE profile_id = $p", {"p": profile_id}).rows()[0][0]
+
+
+def test_regressions_find_the_first_profile_after_the_change(fleet: Path) -> None:
+    run = xprosql.load(fleet)
+    found = run.regressions(tag="job", window=3)
+    assert set(found["series"]) == {"reg"}, found  # the flat job has no change
+    assert found["direction"].to_list() == ["slower"] * found.height
+    slowest = found.filter(pl.col("metric").str.starts_with("op_time_per_step_ps:")).sort("change", descending=True).row(0, named=True)
+    assert _host_of(run, slowest["first_profile_id"]) == f"reg-host{CHANGE_AT:02d}"
+    # 30% longer kernels; self time grows less where a longer kernel now spans the next one on its stream.
+    assert 0.1 < slowest["change"] <= 0.3 + 1e-6
+    # A stricter threshold than the change finds nothing.
+    assert run.regressions(tag="job", window=3, threshold=0.5).height == 0
+
+
+def test_compare_cohorts_by_op_and_bottleneck(fleet: Path) -> None:
+    run = xprosql.load(fleet)
+    cohorts = {"baseline": "tags['job'] = 'reg' AND tags['commit'] = 'c0'", "candidate": "tags['job'] = 'reg' AND tags['commit'] = 'c1'"}
+    by_op = run.compare(**cohorts)
+    top = by_op.row(0, named=True)
+    assert top["baseline_profiles"] == CHANGE_AT and top["candidate_profiles"] == PER_JOB - CHANGE_AT
+    assert 1.1 < top["time_ratio"] <= 1.3 + 1e-6
+    assert by_op["delta_time_per_profile_ps"].abs().is_sorted(descending=True)
+    assert by_op.row(1, named=True)["delta_time_per_profile_ps"] < top["delta_time_per_profile_ps"] / 10
+    flat = run.compare(baseline="tags['job'] = 'flat'", candidate="tags['job'] = 'flat'")
+    assert flat["delta_time_per_profile_ps"].abs().max() == 0
+    by_bottleneck = run.compare(**cohorts, by="bottleneck")
+    assert {"device_kind", "bottleneck", "delta_share"} <= set(by_bottleneck.columns) and by_bottleneck.height > 0
+    with pytest.raises(xprosql.XprosqlError, match="empty"):
+        run.compare(baseline="tags['job'] = 'nope'", candidate="true")
+
+
+def test_worst_steps_and_profiles(fleet: Path) -> None:
+    run = xprosql.load(fleet)
+    steps = run.worst(by="step", n=4)
+    assert steps.height == 4 and steps["wall_ps"].is_sorted(descending=True)
+    everything = run.analysis("steps").pl()
+    assert steps["wall_ps"].to_list() == everything["wall_ps"].sort(descending=True).head(4).to_list()
+    profiles = run.worst(by="step_time_ps", n=3)
+    assert profiles.height == 3 and profiles["step_time_ps"].is_sorted(descending=True)
+    ops = run.worst(analysis="roofline", by="self_time_ps", n=2)
+    assert ops["self_time_ps"].to_list() == run.roofline()["self_time_ps"].sort(descending=True).head(2).to_list()
+    stuck = run.worst(analysis="bottlenecks", scope="step", by="host_wait_ps", n=3)
+    assert set(stuck["scope"]) == {"step"} and stuck["host_wait_ps"].is_sorted(descending=True)
+    with pytest.raises(KeyError, match="no column"):
+        run.worst(by="nope")

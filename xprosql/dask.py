@@ -1,0 +1,162 @@
+"""Scale-out on Dask: the same ``sql/`` analyses, per share of profiles, on a cluster.
+
+``xprosql.load(DIR, cluster=client)`` with a ``dask.distributed.Client`` makes
+:meth:`xprosql.Run.analysis` (and what is built on it: ``roofline``,
+``memory_bound``, ``compare``, ...) run here:
+
+* A **per-profile** analysis (every output row depends on one profile's rows; all
+  of ``sql/`` but the fleet ones) is a map/reduce: the snapshot is split into
+  shares of whole profiles (a pack is never split, see
+  :meth:`xprosql.warehouse.Snapshot.shares`), each task opens DuckDB views over
+  its share's Parquet files and runs the analysis text unchanged, and the
+  results are concatenated and put in the analysis's own final order (its
+  outer ``ORDER BY`` and ``LIMIT``, read from DuckDB's parse tree).
+* A **fleet** analysis (header line ``-- scope: fleet``) compares profiles with
+  each other; the analyses it includes (``-- @include NAME``) are per-profile:
+  they run on the cluster as above, and the fleet SQL itself then runs here over
+  their combined results.
+
+Tasks get file paths, not data: the workers must see the warehouse at the same
+paths (a shared file system; any path DuckDB reads works inside a task). The
+driver's snapshot lease keeps those files alive until the run is closed.
+
+Example:
+    >>> from dask.distributed import Client, LocalCluster               # doctest: +SKIP
+    >>> client = Client(LocalCluster(n_workers=4, threads_per_worker=1))   # doctest: +SKIP
+    >>> run = xprosql.load("run/", cluster=client)                        # doctest: +SKIP
+    >>> run.roofline().equals(xprosql.load("run/").roofline())           # doctest: +SKIP
+    True
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+import duckdb
+import pyarrow as pa
+
+from xprosql.models.tables import TABLES
+from xprosql.queries import analysis_sql
+from xprosql.queries.analyses import analysis_parameters, analysis_text
+from xprosql.warehouse import Snapshot
+
+if TYPE_CHECKING:
+    from xprosql.run import Result, Run
+
+__all__ = ["distributed_analysis", "run_on_share", "is_fleet_analysis", "combine", "SHARES_PER_WORKER"]
+
+# More shares than workers evens out profiles of different sizes.
+SHARES_PER_WORKER = 2
+_FLEET = re.compile(r"^--\s*scope:\s*fleet\b", re.MULTILINE)
+_INCLUDE = re.compile(r"^[ \t]*--[ \t]*@include[ \t]+([A-Za-z0-9_]+)[ \t]*$", re.MULTILINE)
+_PARAM = re.compile(r"\$([A-Za-z_][A-Za-z0-9_]*)")
+
+
+def is_fleet_analysis(name: str) -> bool:
+    """True when ``sql/<name>.sql`` says ``-- scope: fleet`` (rows compare profiles)."""
+    return bool(_FLEET.search(analysis_sql(name)))
+
+
+def _connect(share: Snapshot) -> duckdb.DuckDBPyConnection:
+    """A connection with one view per table over ``share``'s files, as :class:`xprosql.Run` makes."""
+    from xprosql.models.tables import PARTITION_COLUMN
+    from xprosql.queries.functions import register_functions
+
+    con = duckdb.connect(":memory:")
+    for table in TABLES:
+        scan = share.scan_sql(table)
+        if scan is None:
+            empty = TABLES[table].empty_table().add_column(0, PARTITION_COLUMN, pa.array([], pa.string()))
+            con.register(f"_empty_{table}", empty)
+            scan = f"SELECT * FROM _empty_{table}"
+        con.execute(f"CREATE VIEW {table} AS {scan}")
+    register_functions(con)
+    return con
+
+
+def run_on_share(share: Snapshot, sql: str, params: Mapping[str, Any] | None) -> pa.Table:
+    """Run ``sql`` over one share of a snapshot (in a Dask task, or here)."""
+    con = _connect(share)
+    try:
+        relation = con.sql(sql, params=dict(params)) if params else con.sql(sql)
+        return relation.to_arrow_table()
+    finally:
+        con.close()
+
+
+def _final_order(sql: str, params: Mapping[str, Any] | None) -> tuple[str, int | None]:
+    """The outer ORDER BY (as column names of the result) and LIMIT of ``sql``."""
+    with duckdb.connect() as con:
+        tree = json.loads(con.execute("SELECT json_serialize_sql(?)", [sql]).fetchall()[0][0])
+    if tree.get("error"):
+        return "", None
+    node = tree["statements"][-1]["node"]
+    order, limit = "", None
+    for modifier in node.get("modifiers", []):
+        if modifier["type"] == "ORDER_MODIFIER":
+            keys = []
+            for item in modifier["orders"]:
+                expression = item["expression"]
+                if expression.get("class") != "COLUMN_REF":
+                    return "", None  # an expression we cannot re-evaluate on the result: keep task order
+                column = '"' + expression["column_names"][-1].replace('"', '""') + '"'
+                direction = "DESC" if item["type"] == "DESCENDING" else "ASC"
+                nulls = {"NULLS FIRST": " NULLS FIRST", "NULLS LAST": " NULLS LAST"}.get(item["null_order"], "")
+                keys.append(f"{column} {direction}{nulls}")
+            order = ", ".join(keys)
+        elif modifier["type"] == "LIMIT_MODIFIER" and modifier.get("limit"):
+            value = modifier["limit"]
+            if value.get("class") == "CONSTANT":
+                limit = int(value["literal"]["text"])
+            elif value.get("class") == "PARAMETER" and params:
+                identifier = value.get("identifier") or value.get("parameter_nr")
+                limit = params.get(str(identifier))  # type: ignore[assignment]
+    return order, limit
+
+
+def combine(parts: list[pa.Table], sql: str, params: Mapping[str, Any] | None) -> pa.Table:
+    """Concatenate per-share results and apply ``sql``'s outer ORDER BY and LIMIT to the whole."""
+    parts = [p for p in parts if p.num_columns] or parts[:1]
+    table = pa.concat_tables(parts, promote_options="permissive") if len(parts) > 1 else parts[0]
+    order, limit = _final_order(sql, params)
+    if not order and limit is None:
+        return table
+    with duckdb.connect() as con:
+        con.register("_combined", table)
+        limit_sql = f" LIMIT {int(limit)}" if limit is not None else ""
+        try:
+            return con.sql(f"SELECT * FROM _combined{f' ORDER BY {order}' if order else ''}{limit_sql}").to_arrow_table()
+        except duckdb.Error:  # ordered by something not in the result: keep the limit only
+            return con.sql(f"SELECT * FROM _combined{limit_sql}").to_arrow_table()
+
+
+def _map(run: Run, sql: str, params: Mapping[str, Any] | None) -> pa.Table:
+    client = run._cluster
+    workers = max(len(client.scheduler_info().get("workers", {})), 1)
+    shares = run._snapshot.shares(workers * SHARES_PER_WORKER)
+    if not shares:  # an empty warehouse: run here over the empty views
+        return run.sql(sql, params).arrow()
+    futures = client.map(run_on_share, shares, sql=sql, params=dict(params) if params else None, pure=False)
+    return combine(client.gather(futures), sql, params)
+
+
+def distributed_analysis(run: Run, name: str, params: Mapping[str, Any] | None) -> Result | None:
+    """Run analysis ``name`` with bound ``params`` on ``run``'s cluster; None to run it locally."""
+    from xprosql.run import Result
+
+    if not is_fleet_analysis(name):
+        return Result(_map(run, analysis_text(name), params))
+    # Fleet: its included per-profile analyses on the cluster, then the fleet SQL here.
+    text = analysis_sql(name)
+    given = dict(params or {})
+    for include in dict.fromkeys(_INCLUDE.findall(text)):
+        own = {k: given[k] for k in analysis_parameters(include) if k in given}
+        result = distributed_analysis(run, include, own)
+        assert result is not None
+        run.connection.register(f"_fleet_{include}", result.arrow())
+    text = _INCLUDE.sub(lambda m: f"SELECT * FROM _fleet_{m.group(1)}", text)
+    used = set(_PARAM.findall(text))
+    return run.sql(text, {k: v for k, v in given.items() if k in used} or None)
