@@ -88,9 +88,6 @@ _MANIFESTS = "_manifests"
 _READERS = ".readers"
 _PACKS = "_packs"
 _PART_FILE = "part-0.parquet"
-# Sort keys applied when a partition is finalized; other tables keep decode order.
-# Decoders yield events sorted by time already; a table listed here is re-sorted at finish.
-_SORT_KEYS: dict[str, str] = {}
 # Tables whose row counts decide whether a profile is small (the long ones).
 _SIZE_TABLES = ("events", "event_stats", "metadata_stats")
 
@@ -125,9 +122,8 @@ class StagedProfile:
         self._writers: dict[str, pq.ParquetWriter] = {}
         self._pending: dict[str, list[pa.RecordBatch]] = {}
 
-    def _path(self, table: str, *, unsorted: bool = False) -> Path:
-        name = "unsorted.parquet" if unsorted else _PART_FILE
-        return _partition_dir(self.directory / table, self.profile_id) / name
+    def _path(self, table: str) -> Path:
+        return _partition_dir(self.directory / table, self.profile_id) / _PART_FILE
 
     def write(self, table: str, batch: pa.RecordBatch) -> None:
         """Buffer ``batch``; row groups are written once they reach ``ROW_GROUP_ROWS``."""
@@ -143,7 +139,7 @@ class StagedProfile:
         batches = self._pending.pop(table, [])
         writer = self._writers.get(table)
         if writer is None:
-            path = self._path(table, unsorted=table in _SORT_KEYS)
+            path = self._path(table)
             path.parent.mkdir(parents=True, exist_ok=True)
             writer = pq.ParquetWriter(path, TABLES[table], compression="zstd")
             self._writers[table] = writer
@@ -151,19 +147,10 @@ class StagedProfile:
             writer.write_table(pa.Table.from_batches(batches, TABLES[table]), row_group_size=ROW_GROUP_ROWS)
 
     def finish(self) -> None:
-        """Close every file; sort the tables that have a time order. Every table gets a file."""
+        """Close every file; every table gets one. Decoders yield events already sorted by time."""
         for table in TABLES:
             self._flush(table)
             self._writers.pop(table).close()
-        for table, order in _SORT_KEYS.items():
-            unsorted = self._path(table, unsorted=True)
-            with duckdb.connect(config={"threads": 2, "memory_limit": "1GB", "preserve_insertion_order": False}) as con:
-                con.execute(f"SET temp_directory = '{self.directory / 'duckdb_tmp'}'")
-                con.execute(
-                    f"COPY (SELECT * FROM read_parquet('{unsorted}') ORDER BY {order}) "
-                    f"TO '{self._path(table)}' (FORMAT parquet, COMPRESSION zstd, ROW_GROUP_SIZE {ROW_GROUP_ROWS})"
-                )
-            unsorted.unlink()
 
     def abort(self) -> None:
         for writer in self._writers.values():
