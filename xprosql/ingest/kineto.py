@@ -19,6 +19,7 @@ import json
 import re
 import zlib
 from collections import Counter
+from itertools import compress
 from collections.abc import Iterator
 from typing import Any
 
@@ -205,7 +206,6 @@ def decode_kineto(data: bytes, *, source: str) -> Iterator[tuple[str, pa.RecordB
 
     track_of: dict[tuple[Any, Any], int] = {}
     track_rows: list[tuple] = []
-    track_counts: Counter[int] = Counter()
     for key in list(track_order) + [k for k in thread_names if k not in track_order]:
         pid, tid = key
         track_id = len(track_rows)
@@ -224,7 +224,6 @@ def decode_kineto(data: bytes, *, source: str) -> Iterator[tuple[str, pa.RecordB
     framework_ops: dict[int, tuple[int, str]] = {}  # External id -> (dur, cpu_op name): the innermost wins
     pending_kernels: list[tuple[int, list]] = []
     n_ranges = 0
-    end_ps = 0
     base_ns = base - start_ns
     for event in events:
         if event is None:
@@ -255,10 +254,8 @@ def decode_kineto(data: bytes, *, source: str) -> Iterator[tuple[str, pa.RecordB
         event_id = len(ev_start)
         key = (event.pid, event.tid)
         device_id, track_id = device_of[key[0]], track_of[key]
-        track_counts[track_id] += 1
         start = (round(ts * 1000) + base_ns) * 1000
         dur_ps = round(dur * 1_000_000)
-        end_ps = max(end_ps, start + dur_ps)
         category, name = event.cat, event.name
         name = None if name is None else str(name)
         args = event.args if isinstance(event.args, dict) else {}
@@ -272,12 +269,10 @@ def decode_kineto(data: bytes, *, source: str) -> Iterator[tuple[str, pa.RecordB
         ev_dur.append(dur_ps)
         ev_correlation.append(correlation)
         ev_category.append(category)
-        for arg, value in args.items():
-            if arg == "correlation" and correlation is not None:
-                continue
-            st_event.append(event_id)
-            st_name.append(arg)
-            st_value.append(value)
+        if args:  # all args, in bulk; the promoted correlation is taken out after the loop
+            st_event.extend([event_id] * len(args))
+            st_name.extend(args)
+            st_value.extend(args.values())
         if ph != "X":
             st_event.append(event_id)
             st_name.append("ph")
@@ -319,8 +314,13 @@ def decode_kineto(data: bytes, *, source: str) -> Iterator[tuple[str, pa.RecordB
     for external, row in pending_kernels:
         if external in framework_ops:
             row[-1] = framework_ops[external][1]
-    for track_id, count in track_counts.items():
+    for track_id, count in Counter(ev_track).items():
         track_rows[track_id][8] = count
+    end_ps = max(map(sum, zip(ev_start, ev_dur)), default=0)
+    promoted = [name == "correlation" and _int(value) is not None for name, value in zip(st_name, st_value)]
+    if any(promoted):
+        st_event, st_name, st_value = (list(compress(column, (not p for p in promoted)))
+                                       for column in (st_event, st_name, st_value))
 
     n_events = len(ev_start)
     nulls = pa.nulls(n_events)
