@@ -137,3 +137,15 @@ def test_load_errors(tmp_path: Path) -> None:
     (tmp_path / "notwh").mkdir()
     with pytest.raises(WarehouseError, match="not an xprosql warehouse"):
         xprosql.load(tmp_path / "notwh")
+
+
+def test_a_warehouse_written_before_a_column_existed_still_reads(tmp_path: Path) -> None:
+    """Files without a column the schema has now (hand-made by dropping it): the column reads as NULL."""
+    root = tmp_path / "run"
+    assert xprosql.ingest(TPU_SAMPLE, into=root).ok
+    for path in (root / "hlo_ops").rglob("*.parquet"):
+        table = pq.read_table(path)
+        pq.write_table(table.drop_columns(["source_line"]), path)
+    run = xprosql.load(root)
+    rows = run.sql("SELECT count(*), count(source_line), count(hlo_op) FROM hlo_ops").rows()[0]
+    assert rows[0] == rows[2] > 0 and rows[1] == 0

@@ -101,13 +101,14 @@ class Run:
         register_functions(self._con)  # xprosql_memory_access(), hardware_models: used by the analyses
 
     def _scan_sql(self, table: str) -> str:
+        # An empty relation with the table's columns: the whole view when there is no file yet,
+        # and what fills columns that files written by an older xprosql lack (as NULL).
+        empty = TABLES[table].empty_table().add_column(0, PARTITION_COLUMN, pa.array([], pa.string()))
+        self._con.register(f"_columns_{table}", empty)
         scan = self._snapshot.scan_sql(table)
         if scan is None:
-            # No file yet (an empty warehouse): an empty relation with the table's columns.
-            empty = TABLES[table].empty_table().add_column(0, PARTITION_COLUMN, pa.array([], pa.string()))
-            self._con.register(f"_empty_{table}", empty)
-            return f"SELECT * FROM _empty_{table}"
-        return scan
+            return f"SELECT * FROM _columns_{table}"
+        return f"SELECT * FROM ({scan}) UNION ALL BY NAME SELECT * FROM _columns_{table}"
 
     @property
     def tables(self) -> list[str]:
