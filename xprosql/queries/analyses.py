@@ -21,13 +21,13 @@ Example:
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from xprosql.queries import analysis_sql
 
-__all__ = ["Parameter", "analysis_parameters", "analysis_text", "bind_parameters"]
+__all__ = ["Parameter", "analysis_frame", "analysis_parameters", "analysis_text", "bind_parameters"]
 
 _INCLUDE = re.compile(r"^[ \t]*--[ \t]*@include[ \t]+([A-Za-z0-9_]+)[ \t]*$", re.MULTILINE)
 _PARAMETER = re.compile(r"^--\s+\$([A-Za-z_][A-Za-z0-9_]*)\s+([A-Za-z0-9_\[\]]+)\s+(.*?)\s*$", re.MULTILINE)
@@ -102,3 +102,10 @@ def bind_parameters(name: str, params: Mapping[str, Any] | None) -> dict[str, An
         else:
             raise KeyError(f"analysis {name!r} needs parameter ${pname} ({parameter.sql_type}): {parameter.description}")
     return bound
+
+
+def analysis_frame(run: Any, name: str, profiles: Sequence[str] | None, params: dict[str, Any]) -> Any:
+    """Run analysis ``name`` on ``run`` (a :class:`xprosql.Run`), limited to ``profiles`` when given, as Polars."""
+    if profiles is not None:
+        params["profiles"] = list(profiles)
+    return run.analysis(name, **params).pl()

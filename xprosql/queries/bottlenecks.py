@@ -19,6 +19,8 @@ from typing import TYPE_CHECKING, Any
 
 import polars as pl
 
+from xprosql.queries.analyses import analysis_frame
+
 if TYPE_CHECKING:
     from xprosql.run import Run
 
@@ -46,12 +48,6 @@ BOTTLENECK_CATEGORIES: tuple[str, ...] = (
 )
 
 
-def _run(run: Run, name: str, profiles: Sequence[str] | None, params: dict[str, Any]) -> pl.DataFrame:
-    if profiles is not None:
-        params["profiles"] = list(profiles)
-    return run.analysis(name, **params).pl()
-
-
 def async_ops(
     run: Run,
     *,
@@ -68,7 +64,7 @@ def async_ops(
     Example:
         >>> async_ops(run, kinds=["host_offload"]).group_by("status").len()   # doctest: +SKIP
     """
-    frame = _run(run, "async_ops", profiles, dict(params))
+    frame = analysis_frame(run, "async_ops", profiles, dict(params))
     if kinds is not None:
         frame = frame.filter(pl.col("kind").is_in(list(kinds)))
     return frame
@@ -80,7 +76,7 @@ def async_summary(run: Run, *, profiles: Sequence[str] | None = None, **params: 
     Example:
         >>> async_summary(run).select("kind", "exposed_ps", "aggregate_vs_peak")  # doctest: +SKIP
     """
-    return _run(run, "async_summary", profiles, dict(params))
+    return analysis_frame(run, "async_summary", profiles, dict(params))
 
 
 def steps(run: Run, *, profiles: Sequence[str] | None = None) -> pl.DataFrame:
@@ -89,7 +85,7 @@ def steps(run: Run, *, profiles: Sequence[str] | None = None) -> pl.DataFrame:
     Example:
         >>> steps(run).select("device", "step", "source", "wall_ps", "busy_fraction")  # doctest: +SKIP
     """
-    return _run(run, "steps", profiles, {})
+    return analysis_frame(run, "steps", profiles, {})
 
 
 def bottlenecks(
@@ -110,7 +106,7 @@ def bottlenecks(
     """
     if scope not in (None, "step", "profile"):
         raise ValueError(f"scope must be 'step', 'profile' or None, not {scope!r}")
-    frame = _run(run, "bottlenecks", profiles, dict(params))
+    frame = analysis_frame(run, "bottlenecks", profiles, dict(params))
     if scope is not None:
         frame = frame.filter(pl.col("scope") == scope)
     return frame

@@ -20,6 +20,8 @@ from typing import TYPE_CHECKING, Any
 
 import polars as pl
 
+from xprosql.queries.analyses import analysis_frame
+
 if TYPE_CHECKING:
     from xprosql.run import Run
 
@@ -32,19 +34,13 @@ __all__ = [
 ]
 
 
-def _run(run: Run, name: str, profiles: Sequence[str] | None, params: dict[str, Any]) -> pl.DataFrame:
-    if profiles is not None:
-        params["profiles"] = list(profiles)
-    return run.analysis(name, **params).pl()
-
-
 def temporal_breakdown(run: Run, *, profiles: Sequence[str] | None = None, **params: Any) -> pl.DataFrame:
     """Idle, compute and non-compute time of each GPU's busy span (``sql/hta_temporal_breakdown.sql``).
 
     Example:
         >>> temporal_breakdown(run, us_rounding=True)["idle_pct"]             # doctest: +SKIP
     """
-    return _run(run, "hta_temporal_breakdown", profiles, dict(params))
+    return analysis_frame(run, "hta_temporal_breakdown", profiles, dict(params))
 
 
 def idle_time(run: Run, *, profiles: Sequence[str] | None = None, **params: Any) -> pl.DataFrame:
@@ -53,7 +49,7 @@ def idle_time(run: Run, *, profiles: Sequence[str] | None = None, **params: Any)
     Example:
         >>> idle_time(run).filter(pl.col("category") == "host_wait")          # doctest: +SKIP
     """
-    return _run(run, "hta_idle_time", profiles, dict(params))
+    return analysis_frame(run, "hta_idle_time", profiles, dict(params))
 
 
 def comm_comp_overlap(run: Run, *, profiles: Sequence[str] | None = None, **params: Any) -> pl.DataFrame:
@@ -62,7 +58,7 @@ def comm_comp_overlap(run: Run, *, profiles: Sequence[str] | None = None, **para
     Example:
         >>> comm_comp_overlap(run).select("rank", "overlap_pct")               # doctest: +SKIP
     """
-    return _run(run, "hta_comm_comp_overlap", profiles, dict(params))
+    return analysis_frame(run, "hta_comm_comp_overlap", profiles, dict(params))
 
 
 def launch_stats(run: Run, *, profiles: Sequence[str] | None = None, **params: Any) -> pl.DataFrame:
@@ -72,7 +68,7 @@ def launch_stats(run: Run, *, profiles: Sequence[str] | None = None, **params: A
     Example:
         >>> launch_stats(run).select(pl.col("launch_delay_ps").mean())         # doctest: +SKIP
     """
-    return _run(run, "hta_launch_stats", profiles, dict(params))
+    return analysis_frame(run, "hta_launch_stats", profiles, dict(params))
 
 
 def queue_length(
@@ -85,4 +81,4 @@ def queue_length(
     Example:
         >>> queue_length(run, summary=True).select("stream_id", "max_queue_length", "time_at_full_ps")  # doctest: +SKIP
     """
-    return _run(run, "hta_queue_summary" if summary else "hta_queue_length", profiles, dict(params))
+    return analysis_frame(run, "hta_queue_summary" if summary else "hta_queue_length", profiles, dict(params))
