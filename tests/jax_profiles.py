@@ -88,20 +88,20 @@ def make_jax_cpu_profile(logdir: Path, *, timeout_s: float = 180.0) -> Path:
     run folders, :data:`JAX_STEP_HLO_TEXT`. Raises RuntimeError with the
     subprocess's stderr when it fails.
     """
+    return _run_jax_program(logdir, _PROGRAM, [str(JAX_STEP_RUNS), JAX_STEP_HLO_TEXT],
+                            label="profile", timeout_s=timeout_s)
+
+
+def _run_jax_program(logdir: Path, program: str, args: list[str], *, label: str, timeout_s: float) -> Path:
+    """Run ``program`` (argv: logdir, *args) on the JAX CPU backend in a subprocess; its newest ``*.xplane.pb``."""
     logdir = Path(logdir)
     logdir.mkdir(parents=True, exist_ok=True)
     env = dict(os.environ, JAX_PLATFORMS="cpu")
     env.pop("XLA_FLAGS", None)  # a caller's dump flags would slow this down
-    proc = subprocess.run(
-        [sys.executable, "-c", _PROGRAM, str(logdir), str(JAX_STEP_RUNS), JAX_STEP_HLO_TEXT],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=timeout_s,
-        check=False,
-    )
+    proc = subprocess.run([sys.executable, "-c", program, str(logdir), *args],
+                          env=env, capture_output=True, text=True, timeout=timeout_s, check=False)
     if proc.returncode != 0:
-        raise RuntimeError(f"JAX profile program failed (rc={proc.returncode}):\n{proc.stderr[-4000:]}")
+        raise RuntimeError(f"JAX {label} program failed (rc={proc.returncode}):\n{proc.stderr[-4000:]}")
     found = sorted(logdir.glob("plugins/profile/*/*.xplane.pb"), key=lambda p: p.stat().st_mtime)
     if not found:
         raise RuntimeError(f"JAX wrote no *.xplane.pb under {logdir}")
@@ -152,21 +152,8 @@ def make_jax_steps_profile(logdir: Path, *, timeout_s: float = 180.0) -> Path:
         >>> make_jax_steps_profile(tmp_path / "steps")              # doctest: +SKIP
         PosixPath('.../plugins/profile/2025_01_01_00_00_00/host.xplane.pb')
     """
-    logdir = Path(logdir)
-    logdir.mkdir(parents=True, exist_ok=True)
-    env = dict(os.environ, JAX_PLATFORMS="cpu")
-    env.pop("XLA_FLAGS", None)
     numbers = ",".join(str(n) for n in JAX_STEPS_NUMBERS)
-    proc = subprocess.run(
-        [sys.executable, "-c", _STEPS_PROGRAM, str(logdir), JAX_STEPS_NAME, numbers],
-        env=env, capture_output=True, text=True, timeout=timeout_s, check=False,
-    )
-    if proc.returncode != 0:
-        raise RuntimeError(f"JAX steps program failed (rc={proc.returncode}):\n{proc.stderr[-4000:]}")
-    found = sorted(logdir.glob("plugins/profile/*/*.xplane.pb"), key=lambda p: p.stat().st_mtime)
-    if not found:
-        raise RuntimeError(f"JAX wrote no *.xplane.pb under {logdir}")
-    return found[-1]
+    return _run_jax_program(logdir, _STEPS_PROGRAM, [JAX_STEPS_NAME, numbers], label="steps", timeout_s=timeout_s)
 
 
 __all__ += ["JAX_STEPS_NAME", "JAX_STEPS_NUMBERS", "make_jax_steps_profile"]
@@ -234,21 +221,11 @@ def make_jax_roofline_profile(logdir: Path, program: str, *, timeout_s: float = 
         >>> make_jax_roofline_profile(tmp_path / "mlp", "mlp")        # doctest: +SKIP
     """
     module, shapes = JAX_ROOFLINE_PROGRAMS[program]
-    logdir = Path(logdir)
-    logdir.mkdir(parents=True, exist_ok=True)
-    env = dict(os.environ, JAX_PLATFORMS="cpu")
-    env.pop("XLA_FLAGS", None)
-    proc = subprocess.run(
-        [sys.executable, "-c", _ROOFLINE_PROGRAM, str(logdir), program, str(JAX_ROOFLINE_RUNS),
-         json.dumps(shapes), f"{module}.cost_analysis.txt"],
-        env=env, capture_output=True, text=True, timeout=timeout_s, check=False,
+    return _run_jax_program(
+        logdir, _ROOFLINE_PROGRAM,
+        [program, str(JAX_ROOFLINE_RUNS), json.dumps(shapes), f"{module}.cost_analysis.txt"],
+        label=program, timeout_s=timeout_s,
     )
-    if proc.returncode != 0:
-        raise RuntimeError(f"JAX {program} program failed (rc={proc.returncode}):\n{proc.stderr[-4000:]}")
-    found = sorted(logdir.glob("plugins/profile/*/*.xplane.pb"), key=lambda p: p.stat().st_mtime)
-    if not found:
-        raise RuntimeError(f"JAX wrote no *.xplane.pb under {logdir}")
-    return found[-1]
 
 
 def session_roofline_profile(program: str, base: Path) -> Path:
