@@ -98,7 +98,8 @@ def queries(warehouse: Path) -> dict[str, float]:
     timings["load"], _ = _timed("load (snapshot, views)", lambda: xprosql.load(warehouse).close())
     timings["roofline"], frame = _timed("roofline (sql/roofline.sql), every profile", lambda: run.roofline())
     print(f"  roofline rows: {frame.height}")
-    timings["memory_bound"], _ = _timed("bottlenecks (sql/memory_bound.sql), every profile", lambda: run.memory_bound())
+    timings["memory_bound"], _ = _timed("memory_bound (sql/memory_bound.sql), every profile", lambda: run.memory_bound())
+    timings["bottlenecks"], _ = _timed("bottlenecks (sql/bottlenecks.sql), every profile", lambda: run.bottlenecks(), repeat=1)
     timings["steps"], _ = _timed("steps (sql/steps.sql), every profile", lambda: run.analysis("steps").pl())
     cohorts = {"baseline": "tags['run'] IN ('0', '1', '2')", "candidate": "tags['run'] IN ('3', '4')"}
     timings["compare"], frame = _timed("compare by op, two cohorts of the whole fleet", lambda: run.compare(**cohorts))

@@ -7,6 +7,7 @@ import multiprocessing
 import shutil
 from pathlib import Path
 
+import polars as pl
 import pyarrow.parquet as pq
 import pytest
 from conftest import SHARED_DATA, TPU_SAMPLE
@@ -14,6 +15,7 @@ from test_batch import SMALL_KINETO, table_digest
 
 import xprosql
 from xprosql.models import TABLES
+from xprosql.queries.analyses import analysis_text, bind_parameters
 from xprosql.warehouse import ROW_GROUP_ROWS, Warehouse
 
 KINETO = [SHARED_DATA / "kineto" / f"{name}.json.gz" for name in SMALL_KINETO]
@@ -46,6 +48,12 @@ def test_compaction_keeps_results_and_packs_files(warehouse: Path) -> None:
     assert report.packs_written == 1 and not report.deferred
     assert table_digest(warehouse) == digest
     assert _analyses(warehouse) == analyses
+    # What compaction derives for the profiles it packs: their steps and per-step breakdowns.
+    packed = xprosql.load(warehouse)
+    steps = packed.sql("SELECT count(*), count(DISTINCT profile_id) FROM steps").rows()[0]
+    assert steps[0] > 0 and steps == packed.sql(analysis_text("steps"), bind_parameters("steps", {})).pl().select(
+        pl.len(), pl.col("profile_id").n_unique()).rows()[0]
+    assert packed.sql("SELECT count(*) FROM bottleneck_steps").rows()[0][0] == steps[0]
     files_after = sorted(warehouse.rglob("*.parquet"))
     assert len(files_after) == len(TABLES) < files_before
     events = pq.ParquetFile(next(p for p in files_after if p.parts[-3] == "events"))

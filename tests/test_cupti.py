@@ -90,3 +90,188 @@ def test_live_capture_of_a_cuda_program(tmp_path: Path) -> None:
     assert report.ok
     run = xprosql.load(tmp_path / "run")
     assert run.sql("SELECT count(*) FROM kernels").rows()[0][0] == recording.counts["kernel"]
+
+
+METRICS = ["gr__cycles_elapsed.max", "sm__cycles_active.avg"]
+
+
+def _pm_samples(t0: int) -> dict[int, cupti.PmSamples]:
+    """PM samples shaped like ``cupti.pm_sampling`` decodes them (Sample: start/end ns, metric_values).
+
+    Hand-built: no GPU here to sample real ones. Device 1 ran no kernel: it must still be a GPU.
+    """
+    def sample(start: int, end: int, *values: float) -> SimpleNamespace:
+        return SimpleNamespace(start_timestamp=start, end_timestamp=end, metric_values=list(values))
+
+    return {
+        0: cupti.PmSamples(METRICS, [
+            sample(0, t0 + 2_345, 1.0, 2.0),  # CUPTI left the first interval's start unset: dropped
+            sample(t0 + 2_345, t0 + 12_345, 19_500.0, 0.25),
+            sample(t0 + 12_345, t0 + 22_345, 19_498.0, float("nan")),  # NaN has no JSON form: left out
+        ]),
+        1: cupti.PmSamples(METRICS[:1], [sample(t0 + 5_000, t0 + 15_000, 7.5)]),
+    }
+
+
+@pytest.mark.parametrize("pure_python", [False, True], ids=["fast", "reference"])
+def test_pm_samples_land_in_counters(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, pure_python: bool) -> None:
+    import gzip
+    import json
+
+    if pure_python:
+        monkeypatch.setenv("XPROSQL_PURE_PYTHON", "1")
+
+    t0 = 1_790_000_000_000_000_000
+    trace = cupti.records_to_trace(_records(), kinds=KINDS, host="gpuhost", pid=42, pm_samples=_pm_samples(t0))
+    assert trace[cupti.RECORDER_KEY]["pm_sampling"] == {
+        "0": {"metrics": METRICS, "samples": 2, "dropped_samples": 1, "non_finite_values": 1},
+        "1": {"metrics": METRICS[:1], "samples": 1, "dropped_samples": 0, "non_finite_values": 0},
+    }
+    path = tmp_path / "gpuhost.42.cupti.json.gz"
+    path.write_bytes(gzip.compress(json.dumps(trace).encode()))
+    assert xprosql.ingest(path, into=tmp_path / "run").ok
+    run = xprosql.load(tmp_path / "run")
+
+    rows = run.sql(
+        "SELECT d.name, d.kind, c.sample, c.counter, c.value, c.value_double, c.start_ps, c.end_ps, c.kernel "
+        "FROM counters c JOIN devices d USING (profile_id, device_id) "
+        "WHERE c.counter_set = 'pm_sampling' ORDER BY d.name, c.sample, c.counter").rows()
+    # Times are ps after the profile's first event (the runtime call at t0).
+    assert rows == [
+        ("/device:GPU:0", "gpu", 1, "gr__cycles_elapsed.max", None, 19_500.0, 2_345_000, 12_345_000, None),
+        ("/device:GPU:0", "gpu", 1, "sm__cycles_active.avg", None, 0.25, 2_345_000, 12_345_000, None),
+        ("/device:GPU:0", "gpu", 2, "gr__cycles_elapsed.max", None, 19_498.0, 12_345_000, 22_345_000, None),
+        ("/device:GPU:1", "gpu", 0, "gr__cycles_elapsed.max", None, 7.5, 5_000_000, 15_000_000, None),
+    ]
+    assert run.sql("SELECT count(*) FROM counters WHERE counter_set IS DISTINCT FROM 'pm_sampling'").rows() == [(0,)]
+    # Each sample is also an event on the GPU's "PM sampling" track.
+    assert run.sql("SELECT count(*) FROM events WHERE category = 'pm_sampling'").rows() == [(3,)]
+
+
+def _fake_cupti(monkeypatch: pytest.MonkeyPatch, calls: list[str], *, enable_error: Exception | None = None) -> None:
+    """cupti-python's and cuda-bindings' entry points as the recorder calls them, logging each call.
+
+    Stands in for a GPU to check the recorder drives ``cupti.pm_sampling.Collector`` in the
+    documented order (enable, configure, start ... stop, decode, disable) and unwinds on failure.
+    """
+    import enum
+    import types
+
+    t0 = 1_790_000_000_000_000_000
+
+    class Collector:
+        def __init__(self, device_index: int = 0) -> None:
+            calls.append(f"Collector({device_index})")
+
+        def enable(self) -> None:
+            calls.append("enable")
+            if enable_error is not None:
+                raise enable_error
+
+        def configure(self, *, metrics: list[str], sampling_interval: int, trigger_mode: enum.IntEnum) -> None:
+            calls.append(f"configure({metrics}, {sampling_interval}, {trigger_mode.name})")
+            self.metrics = metrics
+
+        def start(self) -> None:
+            calls.append("start")
+
+        def stop(self) -> None:
+            calls.append("stop")
+
+        def decode(self, max_samples: int) -> list:
+            calls.append("decode")
+            decoded = _PmCounterData(_pm_samples(t0)[0].samples)
+            decoded.metrics = self.metrics
+            return decoded
+
+        def disable(self) -> None:
+            calls.append("disable")
+
+    activity = types.ModuleType("cupti.cupti")
+    activity.ActivityKind = enum.IntEnum("ActivityKind", KINDS)
+    activity.activity_register_callbacks = lambda requested, completed: calls.append("register")
+    activity.activity_enable = lambda kind: calls.append(f"activity_enable({kind.name})")
+    activity.activity_disable = lambda kind: calls.append(f"activity_disable({kind.name})")
+    activity.activity_flush_all = lambda flag: calls.append("flush")
+    activity.finalize = lambda: calls.append("finalize")
+    pm_sampling = types.ModuleType("cupti.pm_sampling")
+    pm_sampling.Collector = Collector
+    pm_sampling.TriggerMode = enum.IntEnum("TriggerMode", {"GPU_SYSCLK_INTERVAL": 0, "GPU_TIME_INTERVAL": 1})
+    package = types.ModuleType("cupti")
+    package.cupti, package.pm_sampling = activity, pm_sampling
+    driver = types.ModuleType("cuda.bindings.driver")
+    driver.cuInit = lambda flags: (0,)
+    driver.cuDeviceGet = lambda index: (0, f"dev{index}")
+    driver.cuDevicePrimaryCtxRetain = lambda device: (calls.append(f"retain({device})"), (0, "ctx"))[1]
+    driver.cuDevicePrimaryCtxRelease = lambda device: (calls.append(f"release({device})"), (0,))[1]
+    bindings = types.ModuleType("cuda.bindings")
+    bindings.driver = driver
+    cuda = types.ModuleType("cuda")
+    cuda.bindings = bindings
+    for name, module in {"cupti": package, "cupti.cupti": activity, "cupti.pm_sampling": pm_sampling,
+                         "cuda": cuda, "cuda.bindings": bindings, "cuda.bindings.driver": driver}.items():
+        monkeypatch.setitem(sys.modules, name, module)
+
+
+class _PmCounterData(list):
+    """A decoded ``cupti.pm_sampling.CounterData``: iterates its samples, names its metrics."""
+
+    metrics: list[str]
+
+
+def test_recorder_drives_pm_sampling_in_the_documented_order(tmp_path: Path) -> None:
+    calls: list[str] = []
+    with pytest.MonkeyPatch.context() as monkeypatch:
+        _fake_cupti(monkeypatch, calls)
+        with cupti.record(tmp_path, kinds=["KERNEL"], metrics=METRICS, sampling_interval_ns=10_000) as recording:
+            calls.append("block")
+    assert calls == [
+        "retain(dev0)", "Collector(0)", "enable", f"configure({METRICS}, 10000, GPU_TIME_INTERVAL)",
+        "start", "register", "activity_enable(KERNEL)", "block",
+        "stop", "decode", "disable", "release(dev0)", "flush", "activity_disable(KERNEL)", "finalize",
+    ]
+    assert recording.counts == {"pm_sampling": 2}
+    report = xprosql.ingest(recording.path, into=tmp_path / "run")
+    assert report.ok
+    counters = xprosql.load(tmp_path / "run").sql("SELECT count(*) FROM counters WHERE counter_set = 'pm_sampling'")
+    assert counters.rows() == [(3,)]  # two samples x two metrics, less the NaN
+
+
+def test_pm_sampling_that_cannot_start_says_why_and_unwinds(tmp_path: Path) -> None:
+    calls: list[str] = []
+    with pytest.MonkeyPatch.context() as monkeypatch:
+        _fake_cupti(monkeypatch, calls, enable_error=PermissionError("Insufficient privileges for PM sampling"))
+        with pytest.raises(cupti.CuptiUnavailableError, match="could not start on GPU 0.*Insufficient privileges"), \
+                cupti.record(tmp_path, metrics=METRICS):
+            pass
+    assert calls == ["retain(dev0)", "Collector(0)", "enable", "release(dev0)"]  # no activity was enabled
+    assert not any(tmp_path.iterdir())
+
+
+@pytest.mark.skipif(HAS_CUPTI, reason="cupti-python is installed: the no-GPU behaviour is not observable here")
+def test_metrics_without_cupti_say_why(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(cupti.CuptiUnavailableError, match="cupti-python is not importable"), \
+            cupti.record(tmp_path, metrics=METRICS):
+        pass
+    script = tmp_path / "train.py"
+    script.write_text("print('training')\n")
+    assert main(["record", "--into", str(tmp_path / "run"), "--metrics", ",".join(METRICS), "--",
+                 sys.executable, str(script)]) == 2
+    assert "cupti-python is not importable" in capsys.readouterr().err
+
+
+@pytest.mark.skipif(not HAS_CUPTI, reason="needs cupti-python and an NVIDIA GPU (the device check runs it)")
+def test_live_pm_sampling_of_a_cuda_program(tmp_path: Path) -> None:
+    cp = pytest.importorskip("cupy", reason="the live capture test drives the GPU with CuPy")
+    with cupti.record(tmp_path / "raw", metrics=METRICS, sampling_interval_ns=100_000) as recording:
+        x = cp.arange(1 << 24, dtype=cp.float32)
+        for _ in range(200):
+            x = x * 1.0001
+        x.sum().get()
+    decoded = recording.pm_samples[0]
+    assert decoded.metrics == METRICS and len(decoded.samples) >= 1
+    assert xprosql.ingest(recording.path, into=tmp_path / "run").ok
+    run = xprosql.load(tmp_path / "run")
+    rows = run.sql("SELECT counter, count(*) FROM counters WHERE counter_set = 'pm_sampling' GROUP BY counter "
+                   "ORDER BY counter").rows()
+    assert rows == [(m, recording.counts["pm_sampling"]) for m in sorted(METRICS)]

@@ -19,6 +19,7 @@ import polars as pl
 import pytest
 from conftest import GPU_SAMPLE, SHARED_DATA, TPU_SAMPLE
 from jax_profiles import JAX_ROOFLINE_PROGRAMS, jax_available, session_roofline_profile
+from polars.testing import assert_frame_equal
 
 import xprosql
 from xprosql.ingest import profile_id_of
@@ -84,6 +85,21 @@ def test_polars_roofline_equals_the_sql_one(run: xprosql.Run, options: dict) -> 
     sql = roofline(run, **options)
     assert set(sql["device_kind"]) >= {"tpu", "gpu", "cpu"}
     _assert_frames_equal(sql, roofline_polars(run, **options))
+
+
+def test_op_stats_stored_at_ingest_equal_the_sql_over_the_warehouse(run: xprosql.Run) -> None:
+    # Each profile's op_stats rows are derived alone, from its staged files; recomputed over the
+    # committed warehouse, all profiles at once, they must come out the same.
+    stored = run.sql("SELECT * FROM op_stats").pl()
+    recomputed = run.analysis("op_stats").pl()
+    assert len(stored) > 0 and set(stored["device_kind"]) >= {"tpu", "gpu", "cpu"}
+    assert set(stored["profile_id"]) == set(run.profile_ids)
+    keys = ["profile_id", "device_id", "program_id", "op"]
+    as_text = [pl.col(c).cast(pl.String) for c in ("device_kind", "cost_source")]
+    assert_frame_equal(
+        stored.with_columns(as_text).sort(keys, nulls_last=True),
+        recomputed.select(stored.columns).with_columns(as_text).sort(keys, nulls_last=True),
+    )
 
 
 def test_analysis_by_name_is_the_python_api(run: xprosql.Run) -> None:
@@ -399,7 +415,7 @@ def test_memory_bound_shares_cover_the_device_time(run: xprosql.Run) -> None:
 # --------------------------------------------------------------------------- the SQL files
 
 
-@pytest.mark.parametrize("name", ["roofline", "memory_bound"])
+@pytest.mark.parametrize("name", ["roofline", "memory_bound", "op_stats", "bottleneck_steps", "bottlenecks"])
 def test_sql_header_describes_every_column_and_parameter(run: xprosql.Run, name: str) -> None:
     text = (SQL_DIR / f"{name}.sql").read_text()
     header = text.split("\nWITH ")[0]

@@ -149,3 +149,12 @@ def test_a_warehouse_written_before_a_column_existed_still_reads(tmp_path: Path)
     run = xprosql.load(root)
     rows = run.sql("SELECT count(*), count(source_line), count(hlo_op) FROM hlo_ops").rows()[0]
     assert rows[0] == rows[2] > 0 and rows[1] == 0
+
+
+def test_a_profile_without_the_op_stats_its_analyses_read_is_refused(tmp_path: Path) -> None:
+    """A warehouse from before op_stats existed (hand-made by deleting one profile's op_stats): load says so."""
+    root = tmp_path / "run"
+    assert xprosql.ingest([TPU_SAMPLE, GPU_SAMPLE], into=root).ok
+    shutil.rmtree(root / "op_stats" / f"profile_id={profile_id_of(GPU_SAMPLE.read_bytes())}")
+    with pytest.raises(WarehouseError, match="1 profiles .* without the op_stats table"):
+        xprosql.load(root)

@@ -228,7 +228,8 @@ def _cmd_record(args: argparse.Namespace) -> int:
     raw_dir = Path(args.raw_dir) if args.raw_dir else Path(args.into) / "recordings"
     saved_argv = sys.argv
     exit_code = 0
-    with cupti.record(raw_dir) as recording:
+    metrics = [m.strip() for m in (args.metrics or "").split(",") if m.strip()]
+    with cupti.record(raw_dir, metrics=metrics, metrics_device=args.metrics_device) as recording:
         try:
             if command[0] == "-m" and len(command) > 1:
                 sys.argv = command[1:]
@@ -320,6 +321,9 @@ def _parser() -> argparse.ArgumentParser:
     p = commands.add_parser("record", help="record CUDA activity of a Python program with CUPTI and ingest it")
     p.add_argument("--into", required=True, help="warehouse directory to ingest the recording into")
     p.add_argument("--raw-dir", help="where the raw recording goes (default: DIR/recordings)")
+    p.add_argument("--metrics", help="CUPTI PM sampling metrics to sample too, comma-separated "
+                                     "(e.g. sm__cycles_active.avg,gpu__dram_throughput.avg.pct_of_peak_sustained_elapsed)")
+    p.add_argument("--metrics-device", type=int, default=0, help="GPU index to PM-sample (default: 0)")
     p.add_argument("command", nargs=argparse.REMAINDER, help="-- python train.py [ARGS]")
     p.set_defaults(func=_cmd_record)
 

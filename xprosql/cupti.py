@@ -7,33 +7,52 @@ shape PyTorch's profiler writes, so one ingester and one set of tables serve bot
 Recording needs an NVIDIA GPU and ``pip install 'xprosql[cupti]'``; ingesting a
 recording works anywhere.
 
+With ``metrics=[...]`` the recorder also runs CUPTI PM sampling
+(``cupti.pm_sampling``, cupti-python >= 13.3) on one GPU while the block runs:
+the GPU samples the metrics every ``sampling_interval_ns``, and each decoded
+sample is written as one ``pm_sampling`` event whose args hold the metric
+values; ingest turns them into ``counters`` rows (``counter_set = 'pm_sampling'``).
+
 Example:
     >>> import xprosql.cupti
     >>> with xprosql.cupti.record("recordings/") as recording:     # doctest: +SKIP
     ...     train_step()
     >>> xprosql.ingest(recording.path, into="run/")              # doctest: +SKIP
+    >>> with xprosql.cupti.record("recordings/", metrics=["sm__cycles_active.avg"]):  # doctest: +SKIP
+    ...     train_step()
 """
 
 from __future__ import annotations
 
 import gzip
 import json
+import math
 import os
 import socket
 import time
-from collections.abc import Iterable, Iterator
+import warnings
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from xprosql.errors import XprosqlError
 
-__all__ = ["record", "Recording", "CuptiUnavailableError", "records_to_trace", "RECORDER_KEY", "DEFAULT_KINDS"]
+__all__ = ["record", "Recording", "CuptiUnavailableError", "records_to_trace", "PmSamples", "RECORDER_KEY",
+           "DEFAULT_KINDS", "PM_SAMPLING_CATEGORY", "PM_SAMPLE_ARG"]
 
 RECORDER_KEY = "xprosqlRecorder"
 DEFAULT_KINDS = ("CONCURRENT_KERNEL", "MEMCPY", "MEMSET", "RUNTIME", "DRIVER", "SYNCHRONIZATION", "MARKER")
 _BUFFER_BYTES = 8 * 1024 * 1024
+# PM samples travel as X events of this category; args hold the sample index under PM_SAMPLE_ARG
+# (CUPTI metric names all contain "__", so no metric is called that) and one value per metric.
+PM_SAMPLING_CATEGORY = "pm_sampling"
+PM_SAMPLE_ARG = "sample"
+DEFAULT_SAMPLING_INTERVAL_NS = 1_000_000
+# decode() allocates its counter data image for max_samples up front (kilobytes per sample):
+# size it to the block's length, but bound the host memory a long block can take.
+_PM_MAX_SAMPLES = 100_000
 
 # CUpti_ActivityMemcpyKind and CUpti_ActivityMemoryKind, named as PyTorch's traces name them.
 _COPY_KINDS = {1: "HtoD", 2: "DtoH", 3: "HtoA", 4: "AtoH", 5: "AtoA", 6: "AtoD", 7: "DtoA", 8: "DtoD", 9: "HtoH", 10: "PtoP"}
@@ -54,6 +73,19 @@ class Recording:
     records: list[Any] = field(default_factory=list)
     path: Path | None = None
     counts: dict[str, int] = field(default_factory=dict)
+    pm_samples: dict[int, PmSamples] = field(default_factory=dict)
+
+
+class PmSamples(NamedTuple):
+    """Decoded PM samples of one GPU, as ``cupti.pm_sampling.Collector.decode()`` returns them.
+
+    ``metrics`` are the metric names in value order (``CounterData.metrics``); each of
+    ``samples`` is a ``cupti.pm_sampling.Sample``: ``start_timestamp`` and ``end_timestamp``
+    (ns, CUPTI's clock) and ``metric_values`` (one float per metric).
+    """
+
+    metrics: list[str]
+    samples: list[Any]
 
 
 def _load_cupti() -> Any:
@@ -84,17 +116,20 @@ def _api_name(cupti: Any, domain: str, cbid: int) -> str:
 
 
 def records_to_trace(records: Iterable[Any], *, kinds: dict[str, int], api_name: Any = None,
-                     host: str | None = None, pid: int | None = None) -> dict[str, Any]:
+                     host: str | None = None, pid: int | None = None,
+                     pm_samples: Mapping[int, PmSamples] | None = None) -> dict[str, Any]:
     """CUPTI activity records as a Kineto-format trace dict (pid = GPU for device work, like PyTorch).
 
     ``kinds`` maps ``cupti.ActivityKind`` member names to their int values; ``api_name(domain, cbid)``
-    names runtime and driver calls.
+    names runtime and driver calls. ``pm_samples`` maps a GPU index to its decoded PM samples.
     """
     by_value = {value: name for name, value in kinds.items()}
     api_name = api_name or (lambda domain, cbid: f"{domain.lower()}_cbid_{cbid}")
     records = list(records)
+    pm_samples = pm_samples or {}
     starts = [_get(r, "start", "timestamp") for r in records]
-    base = min((s for s in starts if s is not None), default=0)
+    starts += [s.start_timestamp for decoded in pm_samples.values() for s in decoded.samples]
+    base = min((s for s in starts if s), default=0)  # 0: a PM sample whose start was never set
     context_device: dict[int, int] = {}
     for r in records:
         if _get(r, "device_id") is not None and _get(r, "context_id") is not None:
@@ -166,24 +201,134 @@ def records_to_trace(records: Iterable[Any], *, kinds: dict[str, int], api_name:
             skipped[kind] = skipped.get(kind, 0) + 1
     for event in events:  # JSON has no None: drop fields the record lacked
         event["args"] = {k: v for k, v in event["args"].items() if v is not None}
-    return {
-        "schemaVersion": 1,
-        "baseTimeNanoseconds": base,
-        "traceEvents": events,
-        RECORDER_KEY: {"host": host, "pid": pid, "skipped_record_kinds": skipped},
-    }
+    recorder: dict[str, Any] = {"host": host, "pid": pid, "skipped_record_kinds": skipped}
+    if pm_samples:
+        recorder["pm_sampling"] = {str(device): _pm_events(decoded, device, us, events)
+                                   for device, decoded in sorted(pm_samples.items())}
+    return {"schemaVersion": 1, "baseTimeNanoseconds": base, "traceEvents": events, RECORDER_KEY: recorder}
+
+
+def _pm_events(decoded: PmSamples, device: int, us: Any, events: list[dict[str, Any]]) -> dict[str, Any]:
+    """Append one pm_sampling event per sample of ``device``; return what was written and left out."""
+    dropped = non_finite = 0
+    for index, sample in enumerate(decoded.samples):
+        start, end = sample.start_timestamp, sample.end_timestamp
+        if not start or end < start:  # an interval CUPTI never opened has no place on the timeline
+            dropped += 1
+            continue
+        args: dict[str, Any] = {PM_SAMPLE_ARG: index}
+        for metric, value in zip(decoded.metrics, sample.metric_values):
+            if math.isfinite(value):  # JSON has no NaN or inf
+                args[metric] = float(value)
+            else:
+                non_finite += 1
+        events.append({"ph": "X", "cat": PM_SAMPLING_CATEGORY, "name": "PM sample", "pid": device,
+                       "tid": "PM sampling", "ts": us(start), "dur": (end - start) / 1000.0, "args": args})
+    return {"metrics": list(decoded.metrics), "samples": len(decoded.samples) - dropped,
+            "dropped_samples": dropped, "non_finite_values": non_finite}
+
+
+def _load_pm_sampling() -> tuple[Any, Any]:
+    """``cupti.pm_sampling`` and the CUDA driver bindings (``cuda-bindings``, a cupti-python dependency)."""
+    try:
+        from cuda.bindings import driver  # type: ignore[import-not-found]
+        from cupti import pm_sampling  # type: ignore[import-not-found]
+    except ImportError as exc:
+        raise CuptiUnavailableError(
+            f"cupti-python has no PM sampling ({exc}); metrics= needs cupti-python >= 13.3"
+        ) from None
+    return pm_sampling, driver
+
+
+class _PmSampler:
+    """One ``cupti.pm_sampling.Collector``, driven in the order NVIDIA's PM sampling sample uses.
+
+    enable -> configure -> start, then at the end stop -> decode -> disable. The device's
+    CUDA primary context is retained first: PM sampling targets an initialized device (every
+    NVIDIA example runs cuInit and makes a context before enable), and ``xprosql record``
+    starts before the program has touched CUDA.
+    """
+
+    def __init__(self, metrics: list[str], *, device: int, interval_ns: int) -> None:
+        pm_sampling, driver = _load_pm_sampling()
+        self.device, self.metrics, self.interval_ns = device, metrics, interval_ns
+        self._driver = driver
+        self._cu_device: Any = None
+        self._collector: Any = None
+        try:
+            self._retain_context()
+            collector = pm_sampling.Collector(device_index=device)
+            collector.enable()
+            self._collector = collector
+            collector.configure(metrics=metrics, sampling_interval=interval_ns,
+                                trigger_mode=pm_sampling.TriggerMode.GPU_TIME_INTERVAL)
+            collector.start()
+        except Exception as exc:
+            self._release()
+            raise CuptiUnavailableError(
+                f"CUPTI PM sampling of {metrics} could not start on GPU {device} (no NVIDIA GPU or driver, "
+                f"no permission to read counters, or metrics this GPU cannot sample in one pass?): {exc}"
+            ) from None
+        self._started_ns = time.monotonic_ns()
+
+    def _retain_context(self) -> None:
+        driver = self._driver
+        err = driver.cuInit(0)[0]
+        if int(err):
+            raise RuntimeError(f"cuInit failed: {err}")
+        err, cu_device = driver.cuDeviceGet(self.device)
+        if int(err):
+            raise RuntimeError(f"cuDeviceGet({self.device}) failed: {err}")
+        err, _ = driver.cuDevicePrimaryCtxRetain(cu_device)
+        if int(err):
+            raise RuntimeError(f"cuDevicePrimaryCtxRetain failed: {err}")
+        self._cu_device = cu_device
+
+    def _release(self) -> None:
+        if self._collector is not None:
+            self._collector.disable()
+            self._collector = None
+        if self._cu_device is not None:
+            self._driver.cuDevicePrimaryCtxRelease(self._cu_device)
+            self._cu_device = None
+
+    def finish(self) -> tuple[PmSamples | None, str | None]:
+        """Stop, decode and evaluate every sample, disable: (samples, None) or (None, why not)."""
+        collector = self._collector
+        # One sample per interval the block lasted, with room to spare: filling the image means lost samples.
+        max_samples = min(_PM_MAX_SAMPLES, (time.monotonic_ns() - self._started_ns) // self.interval_ns + 16)
+        try:
+            collector.stop()
+            counter_data = collector.decode(max_samples=max_samples)
+            # Evaluate every sample now, before disable() (as NVIDIA's sample does): CounterData
+            # evaluates metrics on the host lazily, and disable() deinitializes the profiler.
+            decoded = PmSamples(list(counter_data.metrics), list(counter_data))
+        except Exception as exc:  # e.g. MemoryError: the hardware buffer overflowed
+            return None, f"{type(exc).__name__}: {exc}"
+        finally:
+            self._release()
+        if len(decoded.samples) >= max_samples:
+            return decoded, f"decoded the maximum of {max_samples} samples; later ones were dropped"
+        return decoded, None
 
 
 @contextmanager
-def record(directory: str | os.PathLike[str], *, kinds: Iterable[str] = DEFAULT_KINDS) -> Iterator[Recording]:
+def record(directory: str | os.PathLike[str], *, kinds: Iterable[str] = DEFAULT_KINDS,
+           metrics: Sequence[str] = (), metrics_device: int = 0,
+           sampling_interval_ns: int = DEFAULT_SAMPLING_INTERVAL_NS) -> Iterator[Recording]:
     """Record CUDA activity while the block runs; write ``<host>.<pid>.<time>.cupti.json.gz`` into ``directory``.
 
-    Raises :class:`CuptiUnavailableError` at entry when CUPTI cannot record here.
+    ``metrics``: CUPTI PM sampling metric names (e.g. ``sm__cycles_active.avg``) to sample on GPU
+    ``metrics_device`` every ``sampling_interval_ns``; they must fit one pass (CUPTI's rule).
+    Raises :class:`CuptiUnavailableError` at entry when CUPTI cannot record here, or cannot
+    PM-sample the metrics.
     """
     cupti = _load_cupti()
     recording = Recording(Path(directory))
     kind_values = {name: int(member) for name, member in cupti.ActivityKind.__members__.items()}
     wanted = [name for name in kinds if name in kind_values]
+    # PM sampling first: if it cannot start, there is no activity state to unwind.
+    sampler = _PmSampler(list(metrics), device=metrics_device, interval_ns=sampling_interval_ns) if metrics else None
 
     def buffer_requested() -> tuple[int, int]:
         return _BUFFER_BYTES, 0
@@ -200,17 +345,31 @@ def record(directory: str | os.PathLike[str], *, kinds: Iterable[str] = DEFAULT_
     except Exception as exc:
         for name in enabled:
             cupti.activity_disable(getattr(cupti.ActivityKind, name))
+        if sampler is not None:
+            sampler.finish()
         raise CuptiUnavailableError(f"CUPTI could not start recording (no NVIDIA GPU or driver?): {exc}") from None
     try:
         yield recording
     finally:
+        pm_problem = None
+        if sampler is not None:
+            decoded, pm_problem = sampler.finish()
+            if decoded is not None:
+                recording.pm_samples[sampler.device] = decoded
+            if pm_problem:
+                warnings.warn(f"xprosql.cupti: PM sampling on GPU {sampler.device}: {pm_problem}", stacklevel=3)
         cupti.activity_flush_all(1)
         for name in enabled:
             cupti.activity_disable(getattr(cupti.ActivityKind, name))
         cupti.finalize()
         trace = records_to_trace(recording.records, kinds=kind_values,
                                  api_name=lambda domain, cbid: _api_name(cupti, domain, cbid),
-                                 host=socket.gethostname(), pid=os.getpid())
+                                 host=socket.gethostname(), pid=os.getpid(), pm_samples=recording.pm_samples)
+        if sampler is not None:
+            pm_info = trace[RECORDER_KEY].setdefault("pm_sampling", {}).setdefault(str(sampler.device), {})
+            pm_info.update(metrics=sampler.metrics, sampling_interval_ns=sampler.interval_ns)
+            if pm_problem:
+                pm_info["problem"] = pm_problem
         recording.counts = {}
         for event in trace["traceEvents"]:
             recording.counts[event["cat"]] = recording.counts.get(event["cat"], 0) + 1

@@ -16,6 +16,10 @@
   they run on the cluster as above, and the fleet SQL itself then runs here over
   their combined results.
 
+Without a cluster the same map/reduce runs here, one share after another, for
+the per-profile analyses that scan events, over shares of about
+``SHARE_EVENTS`` events: as fast as one query, with memory bounded by a share.
+
 Tasks get file paths, not data: the workers must see the warehouse at the same
 paths (a shared file system; any path DuckDB reads works inside a task). The
 driver's snapshot lease keeps those files alive until the run is closed.
@@ -38,18 +42,27 @@ from typing import TYPE_CHECKING, Any
 import duckdb
 import pyarrow as pa
 
-from xprosql.models.tables import TABLES
+from xprosql._duckdb import connect
+from xprosql.models.tables import PACK_DERIVED_TABLES, TABLES
 from xprosql.queries import analysis_sql
-from xprosql.queries.analyses import analysis_parameters, analysis_text
+from xprosql.queries.analyses import (
+    analysis_parameters,
+    analysis_text,
+    included_analyses,
+)
 from xprosql.warehouse import Snapshot
 
 if TYPE_CHECKING:
     from xprosql.run import Result, Run
 
-__all__ = ["distributed_analysis", "run_on_share", "is_fleet_analysis", "combine", "SHARES_PER_WORKER"]
+__all__ = ["SHARES_PER_WORKER", "SHARE_EVENTS", "combine", "distributed_analysis", "is_fleet_analysis", "run_on_share", "scans_events"]
 
 # More shares than workers evens out profiles of different sizes.
 SHARES_PER_WORKER = 2
+# Without a cluster, an analysis that scans events runs over shares of about this many
+# events, one after another, so its memory stays bounded however large the run is.
+SHARE_EVENTS = 4_000_000
+_EVENTS = re.compile(r"\b(FROM|JOIN)\s+events\b", re.IGNORECASE)
 _FLEET = re.compile(r"^--\s*scope:\s*fleet\b", re.MULTILINE)
 _INCLUDE = re.compile(r"^[ \t]*--[ \t]*@include[ \t]+([A-Za-z0-9_]+)[ \t]*$", re.MULTILINE)
 _PARAM = re.compile(r"\$([A-Za-z_][A-Za-z0-9_]*)")
@@ -65,7 +78,7 @@ def _connect(share: Snapshot) -> duckdb.DuckDBPyConnection:
     from xprosql.models.tables import PARTITION_COLUMN
     from xprosql.queries.functions import register_functions
 
-    con = duckdb.connect(":memory:")
+    con = connect()
     for table in TABLES:
         scan = share.scan_sql(table)
         if scan is None:
@@ -89,7 +102,7 @@ def run_on_share(share: Snapshot, sql: str, params: Mapping[str, Any] | None) ->
 
 def _final_order(sql: str, params: Mapping[str, Any] | None) -> tuple[str, int | None]:
     """The outer ORDER BY (as column names of the result) and LIMIT of ``sql``."""
-    with duckdb.connect() as con:
+    with connect() as con:
         tree = json.loads(con.execute("SELECT json_serialize_sql(?)", [sql]).fetchall()[0][0])
     if tree.get("error"):
         return "", None
@@ -124,7 +137,7 @@ def combine(parts: list[pa.Table], sql: str, params: Mapping[str, Any] | None) -
     order, limit = _final_order(sql, params)
     if not order and limit is None:
         return table
-    with duckdb.connect() as con:
+    with connect() as con:
         con.register("_combined", table)
         limit_sql = f" LIMIT {int(limit)}" if limit is not None else ""
         try:
@@ -133,8 +146,31 @@ def combine(parts: list[pa.Table], sql: str, params: Mapping[str, Any] | None) -
             return con.sql(f"SELECT * FROM _combined{limit_sql}").to_arrow_table()
 
 
+def scans_events(sql: str) -> bool:
+    """True when ``sql`` reads the events table (the analyses whose memory grows with events)."""
+    return bool(_EVENTS.search(sql))
+
+
+def _local_shares(run: Run, sql: str, params: Mapping[str, Any] | None) -> list[Snapshot]:
+    """Shares of about SHARE_EVENTS events for an event-scanning ``sql``; one share otherwise."""
+    snapshot = run._snapshot
+    chosen = (params or {}).get("profiles")
+    if chosen is not None:
+        snapshot = snapshot.restrict(chosen)
+    if not scans_events(sql) or not snapshot.profile_ids:
+        return [snapshot]
+    events = run.sql("SELECT sum(n_events) FROM profiles WHERE list_contains($p, profile_id)",
+                     {"p": list(snapshot.profile_ids)}).rows()[0][0] or 0
+    return snapshot.shares(max(1, -(-int(events) // SHARE_EVENTS)))
+
+
 def _map(run: Run, sql: str, params: Mapping[str, Any] | None) -> pa.Table:
     client = run._cluster
+    if client is None:  # here, one share after another: the same time, memory bounded by a share
+        shares = _local_shares(run, sql, params)
+        if len(shares) == 1:
+            return run.sql(sql, params).arrow()
+        return combine([run_on_share(share, sql, params) for share in shares], sql, params)
     workers = max(len(client.scheduler_info().get("workers", {})), 1)
     shares = run._snapshot.shares(workers * SHARES_PER_WORKER)
     if not shares:  # an empty warehouse: run here over the empty views
@@ -143,12 +179,45 @@ def _map(run: Run, sql: str, params: Mapping[str, Any] | None) -> pa.Table:
     return combine(client.gather(futures), sql, params)
 
 
-def distributed_analysis(run: Run, name: str, params: Mapping[str, Any] | None) -> Result | None:
-    """Run analysis ``name`` with bound ``params`` on ``run``'s cluster; None to run it locally."""
+def _stored_analyses(name: str, params: Mapping[str, Any] | None) -> list[str]:
+    """The pack-derived tables that can stand in for analyses ``name`` builds on: run with their defaults."""
+    given = dict(params or {})
+    builds_on = included_analyses(name) | {name}
+    return [
+        table for table in PACK_DERIVED_TABLES
+        if table in builds_on and all(
+            given.get(p.name, p.default) == p.default for p in analysis_parameters(table).values() if p.name != "profiles"
+        )
+    ]
+
+
+def _per_profile(run: Run, name: str, params: Mapping[str, Any] | None) -> pa.Table:
+    """A per-profile analysis: packed profiles read what compaction stored for them, the others their events."""
+    text = analysis_text(name)
+    stored = _stored_analyses(name, params)
+    if not stored:
+        return _map(run, text, params)
+    given = dict(params or {})
+    snapshot = run._snapshot if given.get("profiles") is None else run._snapshot.restrict(given["profiles"])
+    wanted = set(snapshot.profile_ids)
+    covered = [p for pack in snapshot.packs if all(t in pack.rows for t in stored) for p in pack.profiles if p in wanted]
+    parts = []
+    if covered:
+        stored_text = analysis_text(name, stored=stored)
+        used = set(_PARAM.findall(stored_text))
+        parts.append(run_on_share(snapshot.restrict(covered), stored_text, {k: v for k, v in given.items() if k in used}))
+    rest = sorted(wanted - set(covered))
+    if rest or not parts:
+        parts.append(_map(run, text, {**given, "profiles": rest or list(wanted)}))
+    return combine(parts, text, params)
+
+
+def distributed_analysis(run: Run, name: str, params: Mapping[str, Any] | None) -> Result:
+    """Run analysis ``name`` with bound ``params`` on ``run``'s cluster, or here share by share."""
     from xprosql.run import Result
 
     if not is_fleet_analysis(name):
-        return Result(_map(run, analysis_text(name), params))
+        return Result(_per_profile(run, name, params))
     # Fleet: its included per-profile analyses on the cluster, then the fleet SQL here.
     text = analysis_sql(name)
     given = dict(params or {})

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 import duckdb
 import polars as pl
 
+from xprosql._duckdb import connect
 from xprosql.errors import XprosqlError
 from xprosql.warehouse import Snapshot
 
@@ -43,7 +44,7 @@ def profiles_where(snapshot: Snapshot, where: str) -> list[str]:
     scan = snapshot.scan_sql("profiles")
     if scan is None:
         return []
-    with duckdb.connect(":memory:") as con:
+    with connect() as con:
         con.execute(f"CREATE VIEW profiles AS {scan}")
         try:
             rows = con.execute(f"SELECT profile_id FROM profiles WHERE ({where}) ORDER BY profile_id").fetchall()

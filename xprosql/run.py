@@ -17,8 +17,10 @@ import duckdb
 import polars as pl
 import pyarrow as pa
 
+from xprosql._duckdb import connect
+from xprosql.errors import WarehouseError
 from xprosql.models.tables import PARTITION_COLUMN, TABLES
-from xprosql.queries.analyses import analysis_text, bind_parameters
+from xprosql.queries.analyses import bind_parameters
 from xprosql.queries.functions import register_functions
 from xprosql.warehouse import Warehouse
 
@@ -92,10 +94,18 @@ class Run:
 
             self._snapshot = self._snapshot.restrict(profiles_where(self._snapshot, where))
         self._cluster = cluster  # a dask.distributed Client: per-profile analyses run on it
+        stale = self._snapshot.profiles_without("op_stats")
+        if stale:
+            if self._lease is not None:
+                self._lease.release()
+            raise WarehouseError(
+                f"{self.path}: {len(stale)} profiles (e.g. {stale[0]}) were ingested by an older xprosql, "
+                "without the op_stats table the analyses read; ingest their files into a new warehouse"
+            )
         committed = list(self._snapshot.profile_ids)
         self.profile_ids: list[str] = committed
         self._files = {table: self._snapshot.files(table) for table in TABLES}
-        self._con = duckdb.connect(":memory:")
+        self._con = connect()
         for table in TABLES:
             self._con.execute(f"CREATE VIEW {table} AS {self._scan_sql(table)}")
         register_functions(self._con)  # xprosql_memory_access(), hardware_models: used by the analyses
@@ -132,13 +142,10 @@ class Run:
 
     def analysis(self, name: str, **params: Any) -> Result:
         """Run a packaged analysis (a file of ``sql/``) by name; parameters left out take their declared defaults."""
-        if self._cluster is not None:  # the same SQL per share of profiles on the cluster, combined
-            from xprosql.dask import distributed_analysis
+        # The same SQL per share of profiles (on the cluster, else here one share at a time), combined.
+        from xprosql.dask import distributed_analysis
 
-            result = distributed_analysis(self, name, bind_parameters(name, params) or None)
-            if result is not None:
-                return result
-        return self.sql(analysis_text(name), bind_parameters(name, params) or None)
+        return distributed_analysis(self, name, bind_parameters(name, params) or None)
 
     def roofline(self, *, profiles: Sequence[str] | None = None, top: int | None = None, **peaks: Any) -> pl.DataFrame:
         """Roofline of every op, program and profile (``sql/roofline.sql``) as Polars.

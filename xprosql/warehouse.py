@@ -51,12 +51,12 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import IO, Any
 
-import duckdb
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from xprosql._duckdb import connect
 from xprosql.errors import WarehouseError
-from xprosql.models.tables import PARTITION_COLUMN, TABLES
+from xprosql.models.tables import PACK_DERIVED_TABLES, PARTITION_COLUMN, TABLES
 
 __all__ = [
     "Warehouse",
@@ -81,6 +81,7 @@ SMALL_PROFILE_ROWS = ROW_GROUP_ROWS
 # Automatic compaction after an ingest once this many small profiles are unpacked.
 AUTO_COMPACT_MIN_PROFILES = 32
 _STAGING_PREFIX = ".staging-"
+_PENDING_PREFIX = ".pending-"
 _OWNER_FILE = ".owner"
 _LOCK_FILE = ".commit.lock"
 _COMPACT_LOCK_FILE = ".compact.lock"
@@ -90,6 +91,20 @@ _PACKS = "_packs"
 _PART_FILE = "part-0.parquet"
 # Tables whose row counts decide whether a profile is small (the long ones).
 _SIZE_TABLES = ("events", "event_stats", "metadata_stats")
+
+
+# Per-event integer columns that are nearly all distinct: no dictionary (it never pays off there, and
+# trying costs a fifth of the write), delta-encoded (small for sorted ids and times).
+_DELTA_COLUMNS = {"events": ("event_id", "start_ps", "dur_ps"), "event_stats": ("event_id",)}
+
+
+def _writer_options(table: str) -> dict[str, Any]:
+    """Parquet writer options of a staged table beyond zstd: encodings only, the content is the same."""
+    delta = _DELTA_COLUMNS.get(table, ())
+    if not delta:
+        return {}
+    return {"use_dictionary": [name for name in TABLES[table].names if name not in delta],
+            "column_encoding": dict.fromkeys(delta, "DELTA_BINARY_PACKED")}
 
 
 def _partition_dir(table_dir: Path, profile_id: str) -> Path:
@@ -121,6 +136,7 @@ class StagedProfile:
         self.rows: dict[str, int] = dict.fromkeys(TABLES, 0)
         self._writers: dict[str, pq.ParquetWriter] = {}
         self._pending: dict[str, list[pa.RecordBatch]] = {}
+        self._closed: set[str] = set()
 
     def _path(self, table: str) -> Path:
         return _partition_dir(self.directory / table, self.profile_id) / _PART_FILE
@@ -129,6 +145,8 @@ class StagedProfile:
         """Buffer ``batch``; row groups are written once they reach ``ROW_GROUP_ROWS``."""
         if table not in TABLES:
             raise KeyError(f"unknown table {table!r}")
+        if table in self._closed:
+            raise ValueError(f"table {table!r} of the staged profile is already closed")
         pending = self._pending.setdefault(table, [])
         pending.append(batch)
         self.rows[table] += batch.num_rows
@@ -141,16 +159,26 @@ class StagedProfile:
         if writer is None:
             path = self._path(table)
             path.parent.mkdir(parents=True, exist_ok=True)
-            writer = pq.ParquetWriter(path, TABLES[table], compression="zstd")
+            writer = pq.ParquetWriter(path, TABLES[table], compression="zstd", **_writer_options(table))
             self._writers[table] = writer
         if batches:
             writer.write_table(pa.Table.from_batches(batches, TABLES[table]), row_group_size=ROW_GROUP_ROWS)
 
-    def finish(self) -> None:
-        """Close every file; every table gets one. Decoders yield events already sorted by time."""
-        for table in TABLES:
+    def finish(self, tables: Iterable[str] | None = None) -> None:
+        """Close the files of ``tables`` (default: every table; each gets one). Closed files take no more rows.
+
+        Decoders yield events already sorted by time.
+        """
+        for table in TABLES if tables is None else tables:
+            if table in self._closed:
+                continue
             self._flush(table)
             self._writers.pop(table).close()
+            self._closed.add(table)
+
+    def file(self, table: str) -> Path:
+        """The staged Parquet file of ``table`` (written once :meth:`finish` closed it)."""
+        return self._path(table)
 
     def abort(self) -> None:
         for writer in self._writers.values():
@@ -201,6 +229,12 @@ class Snapshot:
     def files(self, table: str) -> list[str]:
         """Every Parquet file this snapshot reads for ``table``."""
         return self.loose_files(table) + self.pack_files(table)
+
+    def profiles_without(self, table: str) -> list[str]:
+        """Profiles with no file for ``table``: written by an xprosql that did not have it yet."""
+        have = {profile_id for profile_id, _ in self.loose.get(table, ())}
+        have.update(p for pack in self.packs if not pack.rows or table in pack.rows for p in pack.profiles)
+        return sorted(set(self.profile_ids) - have)
 
     def _pack_filter(self) -> str | None:
         """A filter on packed rows when a pack holds profiles outside this snapshot."""
@@ -461,11 +495,15 @@ class Warehouse:
         """Write a profile aside; on any exception the warehouse is left as it was."""
         created_root = not self.root.exists()
         self.root.mkdir(parents=True, exist_ok=True)
-        directory = self.root / f"{_STAGING_PREFIX}{uuid.uuid4().hex}"
-        directory.mkdir()
+        name = uuid.uuid4().hex
+        pending = self.root / f"{_PENDING_PREFIX}{name}"
+        pending.mkdir()
         # Held while staging: a later cleanup removes the directory only once this process is gone.
-        owner = open(directory / _OWNER_FILE, "w")
+        owner = open(pending / _OWNER_FILE, "w")
         fcntl.flock(owner, fcntl.LOCK_EX)
+        # Renamed once locked, so every staging folder has its owner file (a crash before leaves a pending one).
+        directory = self.root / f"{_STAGING_PREFIX}{name}"
+        os.rename(pending, directory)
         staged = StagedProfile(directory, profile_id)
         try:
             yield staged
@@ -571,19 +609,21 @@ class Warehouse:
             for index, group in enumerate(groups):
                 pack_id = f"g{new_generation:06d}-{index:04d}-{uuid.uuid4().hex[:8]}"
                 rows = {}
-                for table in TABLES:
+                for table in (t for t in TABLES if t not in PACK_DERIVED_TABLES):
                     loose_files = [loose_by_table[table][p] for p in group if p in loose_by_table[table]]
                     pack_files = sorted({
                         pack_of[p].file(self.root, table) for p in group if p in pack_of and table in pack_of[p].rows
                     })
                     target = Pack(pack_id, tuple(group)).file(self.root, table)
                     rows[table] = self._write_pack_file(table, target, loose_files, pack_files, group)
+                for table in PACK_DERIVED_TABLES:
+                    rows[table] = self._derive_pack_file(table, Pack(pack_id, tuple(group), dict(rows)), new_generation)
                 new_packs.append({"id": pack_id, "profiles": group, "rows": rows})
                 for table, n in rows.items():
                     report.rows[table] = report.rows.get(table, 0) + n
             replaced = {p.id for p in underfull}
             # Nothing lost or doubled: every table's rows out equal its rows in (footers only).
-            for table in TABLES:
+            for table in (t for t in TABLES if t not in PACK_DERIVED_TABLES):
                 rows_in = sum(pq.ParquetFile(path).metadata.num_rows for p, path in snap.loose.get(table, ()) if p in candidates)
                 rows_in += sum(pack.rows.get(table, 0) for pack in underfull)
                 if rows_in != report.rows.get(table, 0):
@@ -607,6 +647,19 @@ class Warehouse:
             report.packs_replaced = len(underfull)
             report.deleted_files, report.deferred = self.collect_garbage(_compacting=True)
             return report
+
+    def _derive_pack_file(self, table: str, pack: Pack, generation: int) -> int:
+        """Write ``table`` of ``pack`` by its analysis (``sql/<table>.sql``, default parameters) over the pack."""
+        from xprosql.dask import run_on_share
+        from xprosql.queries.analyses import analysis_text, bind_parameters
+
+        snapshot = Snapshot(str(self.root), generation, pack.profiles, {}, (pack,))
+        rows = run_on_share(snapshot, analysis_text(table), bind_parameters(table, {}) or None)
+        schema = pa.schema([pa.field(PARTITION_COLUMN, pa.string()), *TABLES[table]])
+        target = Path(pack.file(self.root, table))
+        target.parent.mkdir(parents=True, exist_ok=True)
+        pq.write_table(rows.select(schema.names).cast(schema), target, compression="zstd", row_group_size=ROW_GROUP_ROWS)
+        return rows.num_rows
 
     def _write_pack_file(
         self, table: str, target: str, loose_files: list[str], pack_files: list[str], profiles: Sequence[str]
@@ -639,7 +692,7 @@ class Warehouse:
         schema = pa.schema([pa.field(PARTITION_COLUMN, pa.string()), *fields], metadata=first.metadata)
         Path(target).parent.mkdir(parents=True, exist_ok=True)
         written = 0
-        with self.stage("compaction") as scratch, duckdb.connect(config={"threads": 2, "memory_limit": "2GB"}) as con:
+        with self.stage("compaction") as scratch, connect(config={"threads": 2, "memory_limit": "2GB"}) as con:
             con.execute(f"SET temp_directory = {_sql_str(str(scratch.directory / 'duckdb_tmp'))}")
             query = f"SELECT * EXCLUDE (__row) FROM ({union}) ORDER BY {PARTITION_COLUMN}, __row"
             reader = con.sql(query).to_arrow_reader(ROW_GROUP_ROWS)
@@ -687,7 +740,7 @@ class Warehouse:
         deleted = 0
         with self._locked(_LOCK_FILE):  # no commit renames partitions meanwhile
             for entry in os.scandir(self.root):
-                if entry.name.startswith(_STAGING_PREFIX) and entry.is_dir():
+                if entry.name.startswith((_STAGING_PREFIX, _PENDING_PREFIX)) and entry.is_dir():
                     deleted += self._remove_dead_staging(Path(entry.path))
             generation = self.generation()
             manifest = self.manifest(generation)
@@ -743,7 +796,7 @@ class Warehouse:
         owner = directory / _OWNER_FILE
         try:
             handle = open(owner, "r")
-        except FileNotFoundError:  # being created this instant (the owner file follows at once), or long dead
+        except FileNotFoundError:  # a pending folder: being created this instant, or long dead
             try:
                 stale = dt.datetime.now().timestamp() - directory.stat().st_mtime > 60
             except OSError:

@@ -34,9 +34,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO
 
+import duckdb
 import pyarrow as pa
 
 from xprosql.errors import IngestError
+from xprosql.ingest import xspace_wire
+from xprosql.ingest.derived import derive_tables
 from xprosql.ingest.kineto import decode_kineto
 from xprosql.ingest.xspace import decode_xspace
 from xprosql.models.tables import TABLES
@@ -254,10 +257,14 @@ def _ingest_one(path: Path, warehouse: Warehouse, report: IngestReport, *, tags:
 
 def _ingest_file(path: Path, warehouse: Warehouse, *, tags: Mapping[str, str] | None) -> tuple[ProfileIngested, bool]:
     try:
+        size, available = path.stat().st_size, xspace_wire.available_memory()
+        if available is not None and size > available:  # fail clearly rather than be killed reading it
+            raise IngestError(path, f"too large to read: {size / 2**30:.1f} GiB, {available / 2**30:.1f} GiB of memory is free")
         data = path.read_bytes()
     except OSError as exc:
         raise IngestError(path, f"cannot read: {exc.strerror or exc}") from None
-    profile_id = profile_id_of(data)
+    sha256 = hashlib.sha256(data).hexdigest()
+    profile_id = sha256[:16]  # profile_id_of(data), hashed once
     if warehouse.has_profile(profile_id):
         return ProfileIngested(str(path), profile_id), False
     run, host = _run_and_host(path)
@@ -265,8 +272,14 @@ def _ingest_file(path: Path, warehouse: Warehouse, *, tags: Mapping[str, str] | 
         try:
             for table, batch in _decoder(path, data)(data, source=str(path)):
                 if table == "profiles":
-                    batch = _complete_profile_row(batch, path=path, data=data, run=run, host=host, tags=tags or {})
+                    batch = _complete_profile_row(batch, path=path, data=data, sha256=sha256, run=run, host=host, tags=tags or {})
                 staged.write(table, batch)
+            try:
+                for table, rows in derive_tables(staged):
+                    for batch in rows.to_batches():
+                        staged.write(table, batch)
+            except duckdb.Error as exc:  # values the summary SQL cannot add up (e.g. sums past int64)
+                raise IngestError(path, f"cannot derive its summary tables: {type(exc).__name__}: {exc}") from None
         except (OverflowError, ValueError, TypeError, KeyError, pa.ArrowException) as exc:
             # A file that parses but holds impossible values (times past int64 ps, ...).
             raise IngestError(path, f"corrupt content: {type(exc).__name__}: {exc}") from None
@@ -275,7 +288,7 @@ def _ingest_file(path: Path, warehouse: Warehouse, *, tags: Mapping[str, str] | 
 
 
 def _complete_profile_row(
-    batch: pa.RecordBatch, *, path: Path, data: bytes, run: str | None, host: str, tags: Mapping[str, str]
+    batch: pa.RecordBatch, *, path: Path, data: bytes, sha256: str, run: str | None, host: str, tags: Mapping[str, str]
 ) -> pa.RecordBatch:
     from xprosql import __version__
 
@@ -286,7 +299,7 @@ def _complete_profile_row(
         run=run,
         tags=sorted(tags.items()),
         file_bytes=len(data),
-        content_sha256=hashlib.sha256(data).hexdigest(),
+        content_sha256=sha256,
         ingested_at=dt.datetime.now(dt.timezone.utc),
         xprosql_version=__version__,
     )

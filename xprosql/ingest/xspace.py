@@ -2,10 +2,13 @@
 
 Two stages. :mod:`xprosql.ingest.xspace_wire` turns the bytes into flat columns
 (compiled with numba when installed, else through protobuf objects; both give
-the same columns). This module turns those columns into the warehouse tables
-with vectorized Polars expressions: stat names and interned strings resolved,
-promoted stats as columns, HLO ops, GPU kernels, copies and launches. It knows
-nothing of the warehouse: :func:`decode_xspace` yields ``(table, batch)``.
+the same columns). This module turns those columns into the warehouse tables:
+stat names and interned strings resolved, promoted stats as columns, HLO ops,
+GPU kernels, copies and launches. Per-event work is numpy gathers from small
+per-id tables (:mod:`xprosql.ingest._xspace_events`), and the events table is
+built one sorted batch at a time; the small tables (metadata, planes, lines)
+use Polars. It knows nothing of the warehouse: :func:`decode_xspace` yields
+``(table, batch)``.
 
 Example:
     >>> data = open("tpu.xplane.pb", "rb").read()            # doctest: +SKIP
@@ -16,15 +19,19 @@ Example:
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 import polars as pl
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from xprosql.errors import IngestError
+from xprosql.ingest import _xspace_events as _events
 from xprosql.ingest import counters, hlo
+from xprosql.ingest._xspace_events import Column
 from xprosql.ingest.xspace_wire import STAT_KINDS, RawSpace, read_raw
 from xprosql.models import hardware
 from xprosql.models.tables import TABLES
@@ -48,7 +55,6 @@ PROMOTED_STATS: dict[str, tuple[str, str]] = {
     "device_offset_ps": ("device_offset_ps", "int64"),
     "device_duration_ps": ("device_duration_ps", "int64"),
 }
-_PROMOTED_COLUMNS = [column for column, _ in PROMOTED_STATS.values()]
 # Event stats the GPU tables read; they stay in event_stats as well.
 _GPU_DETAIL_STATS = ("kernel_details", "memcpy_details", "tf_op", "annotation")
 _LAUNCH_FIELDS = {  # kernels column -> pattern in kernel_details ("regs:38 shm:0 grid:160,1,1 block:1024,1,1")
@@ -320,12 +326,10 @@ def _decode(raw: RawSpace, data: bytes, *, source: str, batch_rows: int) -> Iter
         name_module=pl.col("name").str.extract(r"^(.*)\((\d+)\)$", 1),
         name_program=pl.col("name").str.extract(r"^(.*)\((\d+)\)$", 2).cast(pl.UInt64, strict=False),
         display_name=metadata["display_name"],
-    ).with_columns(  # categorical: events repeat these strings; gathers and sorts then move codes only
-        pl.col("name", "display_name", "hlo_op", "category", "hlo_module", "name_module").cast(pl.Categorical))
+    )
 
-    # Events, with their line and plane.
+    # Lines (few): their names and GPU streams.
     n_lines = len(raw.line_plane)
-    line_of_event = np.repeat(np.arange(n_lines, dtype=np.int32), raw.line_n_events)
     plane_kind = np.array([kind for kind, _ in kinds] or ["other"])
     lines = pl.DataFrame({
         "device_id": pl.Series(raw.line_plane, dtype=pl.Int32),
@@ -335,75 +339,21 @@ def _decode(raw: RawSpace, data: bytes, *, source: str, batch_rows: int) -> Iter
         stream_id=pl.when("is_gpu").then(
             pl.col("line_name").cast(pl.String).str.extract(r"^Stream #(\d+)", 1).cast(pl.Int64))
     ).with_row_index("track_id").with_columns(pl.col("track_id").cast(pl.Int32))
-    events = pl.DataFrame({
-        "event_id": pl.Series(np.arange(raw.n_events, dtype=np.int64)),
-        "track_id": pl.Series(line_of_event),
-        "device_id": pl.Series(raw.line_plane[line_of_event], dtype=pl.Int32),
-        "metadata_id": pl.Series(raw.event_metadata_id),
-        "start_ps": pl.Series(line_base_ps[line_of_event] + raw.event_offset_ps),
-        "is_aggregate": pl.Series(raw.event_is_aggregate),
-        "dur_ps": pl.Series(raw.event_duration_ps),
-        "num_occurrences": pl.Series(raw.event_num_occurrences),
-    }).with_columns(
-        start_ps=pl.when(~pl.col("is_aggregate")).then(pl.col("start_ps")),
-        num_occurrences=pl.when(pl.col("is_aggregate")).then(pl.col("num_occurrences")),
-    )
-    end_ps = events.select((pl.col("start_ps") + pl.col("dur_ps")).max()).item() if has_timed_events else 0
 
-    event_stats = _resolve(
-        _stat_frame(
-            {"event_id": pl.Series(np.repeat(np.arange(raw.n_events, dtype=np.int64), raw.event_n_stats))},
-            pl.Series(raw.line_plane[np.repeat(line_of_event, raw.event_n_stats)], dtype=pl.Int32),
-            raw.stat_metadata_id, raw.stat_kind, raw.stat_int, raw.stat_double, raw.stat_text,
-        ),
-        stat_names,
-    )
-    ev_values, rest = _promote(event_stats, ["event_id"])
-
-    # Each event's metadata row and line: gathers, not joins (events are many, metadata and lines few).
-    md_row = events.select("device_id", "metadata_id").rename({"device_id": "plane"}).join(
-        md_defaults.select("plane", "metadata_id").with_row_index("md_row"),
-        on=["plane", "metadata_id"], how="left", maintain_order="left",
-    )["md_row"]
-    columns = {}
-    for column in _PROMOTED_COLUMNS:
-        default = md_defaults[column].gather(md_row)
-        values = ev_values[column][column]
-        if values.height if isinstance(values, pl.DataFrame) else len(values):
-            columns[column] = default.scatter(ev_values[column]["event_id"], values.cast(default.dtype))
-        else:
-            columns[column] = default
-    track = events["track_id"]
-    on_module_line = (lines["line_name"] == "XLA Modules").gather(track)
-    events = events.with_columns(
-        name=md_defaults["name"].gather(md_row),
-        display_name=md_defaults["display_name"].gather(md_row),
-        line_name=lines["line_name"].gather(track),
-        stream_id=lines["stream_id"].gather(track),
-        **columns,
-    )
-    module_line = pl.lit(on_module_line) & pl.col("program_id").is_null()
-    events = events.with_columns(
-        hlo_module=pl.when(module_line).then(pl.coalesce("hlo_module", md_defaults["name_module"].gather(md_row)))
-        .otherwise("hlo_module"),
-        program_id=pl.when(module_line).then(md_defaults["name_program"].gather(md_row)).otherwise("program_id"),
-    )
-    if module_rows:  # TPU op events carry program_id only: name the module from the embedded HLO
-        modules = pl.DataFrame({"program_id": pl.Series([m["program_id"] for m in module_rows], dtype=pl.UInt64),
-                                "_module": pl.Series([m["module"] for m in module_rows], dtype=pl.Categorical)},
-                               ).unique("program_id", keep="first")
-        events = events.join(modules, on="program_id", how="left", maintain_order="left").with_columns(
-            hlo_module=pl.coalesce("hlo_module", "_module")).drop("_module")
-
-    yield from _gpu_tables(events, event_stats, kinds, batch_rows)
-    yield from _batches("events", events.sort("start_ps", "event_id", nulls_last=True), batch_rows)
-    yield from _batches("event_stats", rest, batch_rows)
+    space = _Space.of(raw, planes)
+    events = _Events.of(raw, space, metadata, md_defaults, lines, line_base_ps, module_rows)
+    md_row = events.md_row
+    end_ps = events.end_ps if has_timed_events else 0
+    yield from _gpu_tables(events.gpu_rows(kinds, lines), _detail_stats(space), kinds, batch_rows)
+    yield from events.batches(batch_rows)
+    del events  # the largest arrays: gone before the stats are built
+    yield from _column_batches("event_stats", *_rest_stats(space), batch_rows)
 
     counter_rows, unreadable = _counter_rows(raw, data, start_ns)
     yield "counters", pa.RecordBatch.from_pylist(
         [dict(zip(TABLES["counters"].names, row)) for row in counter_rows], schema=TABLES["counters"])
 
-    uses = np.bincount(md_row.drop_nulls().to_numpy(), minlength=metadata.height)
+    uses = np.bincount(md_row[md_row >= 0], minlength=metadata.height)
     yield from _batches("event_metadata", metadata.rename({"plane": "device_id"}).with_columns(
         n_events=pl.Series(uses, dtype=pl.Int64)), batch_rows)
     yield from _batches("metadata_stats", md_stats.rename({"plane": "device_id"}), batch_rows)
@@ -446,6 +396,281 @@ def _decode(raw: RawSpace, data: bytes, *, source: str, batch_rows: int) -> Iter
         profile_stop_time_ns=_int_or_none(task.get("profile_stop_time")),
     )
     yield "profiles", pa.RecordBatch.from_pylist([profile], schema=TABLES["profiles"])
+
+
+# --- events and event stats: numpy columns (see _xspace_events) ----------------------------------------
+
+_PROMOTED_DTYPES = {"str": pl.String, "bool": pl.Boolean, "uint64": pl.UInt64, "int64": pl.Int64}
+# Columns the GPU tables read from the events on streams and the host's launches.
+_GPU_EVENT_COLUMNS = ("event_id", "device_id", "track_id", "name", "start_ps", "dur_ps", "correlation_id",
+                      "hlo_module", "hlo_op")
+
+
+@dataclass
+class _Space:
+    """Per-stat lookups the events and event_stats columns share; stats are grouped by event, events by plane."""
+
+    raw: RawSpace
+    event_bounds: np.ndarray  # first event of each plane, then the number of events
+    stat_event: np.ndarray  # per stat: its event
+    stat_name: np.ndarray  # int32 per stat: code into names; -1 when its plane has no such stat
+    names: pa.Array  # distinct stat names
+    name_code: dict[str, int]
+    strings: pa.Array  # per stat: the str value, or the name a ref points at
+    promoted: np.ndarray  # bool per stat: moved to an events column
+
+    @classmethod
+    def of(cls, raw: RawSpace, planes: list[xplane_pb2.XPlane]) -> _Space:
+        name_code: dict[str, int] = {}
+        keys, codes = [], []
+        for plane in planes:
+            ids = list(plane.stat_metadata)
+            keys.append(np.array(ids, dtype=np.int64))
+            codes.append(np.array([name_code.setdefault(plane.stat_metadata[i].name, len(name_code)) for i in ids],
+                                  dtype=np.int64))
+        names = pa.array(list(name_code), pa.string())
+        first_line = np.searchsorted(raw.line_plane, np.arange(len(planes) + 1))  # lines come plane by plane
+        event_bounds = np.concatenate([[0], np.cumsum(raw.line_n_events)])[first_line]
+        stat_bounds = np.concatenate([[0], np.cumsum(raw.event_n_stats)])[event_bounds]
+        stat_name = _events.plane_lookup(keys, codes, raw.stat_metadata_id, stat_bounds)
+        refs = np.flatnonzero(raw.stat_kind == 7)
+        ref_name = _events.plane_lookup(keys, codes, raw.stat_int[refs], np.searchsorted(refs, stat_bounds))
+        event_ids = np.arange(raw.n_events, dtype=np.int32 if raw.n_events < 2**31 else np.int64)
+        return cls(
+            raw=raw, event_bounds=event_bounds, stat_event=np.repeat(event_ids, raw.event_n_stats),
+            stat_name=stat_name, names=names, name_code=name_code,
+            strings=_events.stat_strings(raw.stat_kind, raw.stat_text, refs, ref_name, names),
+            promoted=np.zeros(raw.n_stats, dtype=bool),
+        )
+
+
+def _numbers_of(series: pl.Series) -> Column:
+    """A small numeric series with one extra null row at the end (what md_row -1 gathers)."""
+    values = series.fill_null(False if series.dtype == pl.Boolean else 0).to_numpy()
+    return Column(np.append(values, values[:0].dtype.type(0)), np.append(series.is_not_null().to_numpy(), False))
+
+
+def _with_null_row(series: pl.Series, md_row: np.ndarray) -> pl.Series:
+    """``series`` gathered at ``md_row``, null where md_row is -1."""
+    return pl.concat([series, pl.Series([None], dtype=series.dtype)]).gather(np.where(md_row < 0, len(series), md_row))
+
+
+@dataclass
+class _Events:
+    """The events table, built a batch of rows at a time from the raw columns, metadata defaults and own values."""
+
+    raw: RawSpace
+    line_of_event: np.ndarray  # int32 per event
+    md_row: np.ndarray  # int32 per event: its metadata row, -1 when none
+    line_base_ps: np.ndarray  # per line: start of its time base, relative to the profile's start
+    name: Column  # per metadata row (and a null row)
+    display_name: Column
+    promoted: dict[str, _events.Promoted]
+    order: np.ndarray | None = None  # the table's row order: by start time, then event id; no start last
+    end_ps: int = 0  # the latest event end
+
+    @classmethod
+    def of(cls, raw: RawSpace, space: _Space, metadata: pl.DataFrame, md_defaults: pl.DataFrame, lines: pl.DataFrame,
+           line_base_ps: np.ndarray, module_rows: list[dict]) -> _Events:
+        md_keys, md_rows = [], []
+        md_plane, md_id = metadata["plane"].to_numpy(), metadata["metadata_id"].to_numpy()
+        for plane_index in range(len(space.event_bounds) - 1):
+            mine = np.flatnonzero(md_plane == plane_index)
+            md_keys.append(md_id[mine])
+            md_rows.append(mine)
+        md_row = _events.plane_lookup(md_keys, md_rows, raw.event_metadata_id, space.event_bounds)
+        promoted = {}
+        for column, target in PROMOTED_STATS.values():
+            default = md_defaults[column].cast(_PROMOTED_DTYPES[target])
+            promoted[column] = _events.Promoted.of(_events.codes_of(default) if target == "str" else _numbers_of(default))
+        events = cls(raw, np.repeat(np.arange(len(raw.line_plane), dtype=np.int32), raw.line_n_events), md_row,
+                     line_base_ps, _events.codes_of(md_defaults["name"]), _events.codes_of(md_defaults["display_name"]),
+                     promoted)
+        _promote_event_stats(space, promoted)
+        events._name_modules(lines, md_defaults, module_rows)
+        start = events.start_ps(events.line_of_event, raw.event_offset_ps, raw.event_is_aggregate)
+        ends = start.values + raw.event_duration_ps
+        timed_ends = ends if start.valid is None else ends[start.valid]
+        events.end_ps = int(timed_ends.max()) if len(timed_ends) else 0
+        events.order = _events.sort_order(start.values, start.valid)
+        return events
+
+    def _name_modules(self, lines: pl.DataFrame, md_defaults: pl.DataFrame, module_rows: list[dict]) -> None:
+        """Modules and programs the events' stats do not give: from `XLA Modules` names, then from program ids."""
+        program, module = self.promoted["program_id"], self.promoted["hlo_module"]
+        on_module_line = np.append((lines["line_name"] == "XLA Modules").fill_null(False).to_numpy(), False)
+        rows = np.flatnonzero(on_module_line[self.line_of_event])
+        rows = rows[~program.at(rows, self.md_row[rows]).valid]  # events named like jit_f(1234), no program_id stat
+        name_module = _with_null_row(md_defaults["name_module"].cast(pl.String), self.md_row[rows])
+        fill = ~module.at(rows, self.md_row[rows]).valid & name_module.is_not_null().to_numpy()
+        module.set(rows[fill], name_module.filter(pl.Series(fill)))
+        program.set(rows, _numbers_of(md_defaults["name_program"].cast(pl.UInt64)).take(self.md_row[rows]))
+        if not module_rows:
+            return
+        # TPU op events carry program_id only: name the module from the embedded HLO.
+        modules = pl.DataFrame({"program_id": pl.Series([m["program_id"] for m in module_rows], dtype=pl.UInt64),
+                                "module": pl.Series([m["module"] for m in module_rows], dtype=pl.String)},
+                               ).unique("program_id", keep="first").drop_nulls().sort("program_id")
+        if not modules.height:
+            return
+        need = np.flatnonzero(program.valid(self.md_row) & ~module.valid(self.md_row))
+        ids = modules["program_id"].to_numpy()
+        wanted = program.at(need, self.md_row[need]).values
+        at = np.minimum(np.searchsorted(ids, wanted), len(ids) - 1)
+        hit = ids[at] == wanted
+        names = modules["module"].to_arrow().cast(pa.string())
+        module.set(need[hit], Column(at[hit].astype(np.int32), np.ones(int(hit.sum()), dtype=bool), names))
+
+    def start_ps(self, line: np.ndarray, offset_ps: np.ndarray, aggregate: np.ndarray) -> Column:
+        """Start times of events on ``line`` at ``offset_ps``; null for aggregated events."""
+        return Column(self.line_base_ps[line] + offset_ps, None if not aggregate.any() else ~aggregate)
+
+    def arrays(self, rows: np.ndarray, md_row: np.ndarray, promoted: dict[str, Column],
+               names: Sequence[str]) -> dict[str, pa.Array]:
+        """The columns ``names`` at ``rows``, whose metadata rows are ``md_row`` and promoted values ``promoted``."""
+        raw, schema = self.raw, TABLES["events"]
+        line, aggregate = np.take(self.line_of_event, rows), np.take(raw.event_is_aggregate, rows)
+        build = {
+            "event_id": lambda: Column(rows),
+            "device_id": lambda: Column(raw.line_plane[line]),
+            "track_id": lambda: Column(line),
+            "metadata_id": lambda: Column(np.take(raw.event_metadata_id, rows)),
+            "name": lambda: self.name.take(md_row),
+            "display_name": lambda: self.display_name.take(md_row),
+            "start_ps": lambda: self.start_ps(line, np.take(raw.event_offset_ps, rows), aggregate),
+            "dur_ps": lambda: Column(np.take(raw.event_duration_ps, rows)),
+            "num_occurrences": lambda: Column(np.take(raw.event_num_occurrences, rows), aggregate),
+            **{column: (lambda column=column: promoted[column]) for column in promoted},
+        }
+        return {name: build[name]().to_arrow(schema.field(name).type) for name in names}
+
+    def batches(self, batch_rows: int) -> Iterator[tuple[str, pa.RecordBatch]]:
+        """The events table sorted by start time (then event id; aggregated events last), batch by batch."""
+        schema, order = TABLES["events"], self.order
+        rank = np.empty_like(order)
+        rank[order] = np.arange(len(order))
+        promoted = {column: values.ranked(rank) for column, values in self.promoted.items()}
+        del rank
+        for first in range(0, len(order), batch_rows):
+            rows = order[first : first + batch_rows]
+            md_row = self.md_row[rows]
+            own = {column: values.batch(first, md_row) for column, values in promoted.items()}
+            arrays = self.arrays(rows, md_row, own, schema.names)
+            yield "events", pa.RecordBatch.from_arrays(list(arrays.values()), schema=schema)
+        if not len(order):
+            yield "events", pa.RecordBatch.from_pylist([], schema=schema)
+
+    def gpu_rows(self, kinds: list[tuple[str, int | None]], lines: pl.DataFrame) -> pl.DataFrame:
+        """The events the GPU tables read (on a stream, or a host event with a correlation id), with line and stream."""
+        stream = lines["stream_id"]
+        on_stream = np.append(stream.is_not_null().to_numpy(), False)[self.line_of_event]
+        is_host = np.array([kind == "host" for kind, _ in kinds] + [False])
+        host = np.flatnonzero(is_host[self.raw.line_plane[self.line_of_event]])
+        correlated = host[self.promoted["correlation_id"].at(host, self.md_row[host]).valid]
+        rows = np.union1d(np.flatnonzero(on_stream), correlated)
+        md_row = self.md_row[rows]
+        own = {column: self.promoted[column].at(rows, md_row) for column in ("correlation_id", "hlo_module", "hlo_op")}
+        frame = pl.from_arrow(pa.table(self.arrays(rows, md_row, own, _GPU_EVENT_COLUMNS)))
+        track = self.line_of_event[rows]
+        return frame.with_columns(line_name=lines["line_name"].gather(track), stream_id=stream.gather(track))
+
+
+def _promote_event_stats(space: _Space, promoted: dict[str, _events.Promoted]) -> None:
+    """Move each event's promoted stats into its columns (the last value that converts wins; defaults stay else)."""
+    column_of_name = np.full(len(space.names) + 1, -1, dtype=np.int8)  # the extra entry: what code -1 reads
+    for index, stat in enumerate(PROMOTED_STATS):
+        if stat in space.name_code:
+            column_of_name[space.name_code[stat]] = index
+    candidates = np.flatnonzero(column_of_name[space.stat_name] >= 0)
+    candidate_column = column_of_name[space.stat_name[candidates]]
+    for index, (column, target) in enumerate(PROMOTED_STATS.values()):
+        stats = candidates[candidate_column == index]
+        converts, values = _convert_stats(space, stats, target)
+        rows = stats[converts]
+        owners = space.stat_event[rows]
+        last = _events.last_per_owner(owners)
+        space.promoted[rows[last]] = True
+        kept = np.flatnonzero(converts)[last]
+        valid = np.ones(len(kept), dtype=bool)
+        if isinstance(values, pa.Array):  # strings: as codes into their distinct values
+            encoded = values.take(pa.array(kept)).dictionary_encode()
+            own = Column(encoded.indices.to_numpy(zero_copy_only=False), valid, encoded.dictionary)
+        else:
+            own = Column(values[kept], valid)
+        promoted[column].set(owners[last], own)
+
+
+def _convert_stats(space: _Space, stats: np.ndarray, target: str) -> tuple[np.ndarray, np.ndarray | pa.Array]:
+    """Whether each of ``stats`` converts to a promoted column's type, and the values (meaningful where it does).
+
+    Numbers convert in numpy; text (str values, refs) goes through :func:`_converted`, which defines the rules.
+    """
+    raw = space.raw
+    kind, ints = raw.stat_kind[stats], raw.stat_int[stats]
+    is_text = (kind == 5) | (kind == 7)
+    if target == "str":
+        strings = space.strings.take(pa.array(stats))
+        return is_text & strings.is_valid().to_numpy(zero_copy_only=False), strings
+    if target == "bool":
+        return (kind == 3) | (kind == 4), ints != 0
+    if target == "uint64":
+        converts, values = (kind == 3) | (kind == 4), ints.view(np.uint64).copy()
+    else:
+        doubles = raw.stat_double[stats]
+        integral = (kind == 2) & np.isfinite(doubles) & (np.floor(doubles) == doubles) & (np.abs(doubles) < 2.0**63)
+        converts = (kind == 4) | ((kind == 3) & (ints >= 0)) | integral
+        values = np.where(integral, doubles.astype(np.int64, copy=False) if integral.any() else 0, ints)
+    text = np.flatnonzero(is_text)
+    if len(text):  # rare: promoted stats given as text
+        frame = pl.DataFrame({"kind": pl.Series(kind[text], dtype=pl.Int8), "int": ints[text],
+                              "double": raw.stat_double[stats[text]],
+                              "str_value": pl.Series(space.strings.take(pa.array(stats[text])), dtype=pl.String)})
+        parsed = frame.select(_converted(target)).to_series()
+        ok = parsed.is_not_null().to_numpy()
+        converts[text] = ok
+        values[text[ok]] = parsed.drop_nulls().to_numpy()
+    return converts, values
+
+
+def _detail_stats(space: _Space) -> pl.DataFrame:
+    """Event stats the GPU tables read (kernel and copy details, framework ops) as event_id, stat, str_value."""
+    codes = [space.name_code[name] for name in _GPU_DETAIL_STATS if name in space.name_code]
+    rows = np.flatnonzero(np.isin(space.stat_name, codes))
+    return pl.DataFrame({
+        "event_id": space.stat_event[rows],
+        "stat": pl.Series(space.names.take(pa.array(space.stat_name[rows])), dtype=pl.String),
+        "str_value": pl.Series(space.strings.take(pa.array(rows)), dtype=pl.String),
+    })
+
+
+def _rest_stats(space: _Space) -> tuple[dict[str, Column | pa.Array], np.ndarray]:
+    """The event_stats columns over all stats, and the rows to write: those not promoted, in file order."""
+    raw, kind = space.raw, space.raw.stat_kind
+    is_bytes = pa.array(kind == 6)
+    columns: dict[str, Column | pa.Array] = {
+        "event_id": Column(space.stat_event),
+        "stat": Column(space.stat_name, space.stat_name >= 0, space.names),
+        "value_type": Column(kind.astype(np.int32) - 2, kind >= 2, _events.STAT_KIND_CODES),
+        "int_value": Column(raw.stat_int, kind == 4),
+        "uint_value": Column(raw.stat_int.view(np.uint64), kind == 3),
+        "double_value": Column(raw.stat_double, kind == 2),
+        "str_value": space.strings,
+        "bytes_value": pc.if_else(is_bytes, raw.stat_text, pa.scalar(None, pa.binary())),
+    }
+    return columns, np.flatnonzero(~space.promoted)
+
+
+def _column_batches(table: str, columns: dict[str, Column | pa.Array], rows: np.ndarray,
+                    batch_rows: int) -> Iterator[tuple[str, pa.RecordBatch]]:
+    """``rows`` of ``columns`` as the table's record batches, gathered one batch at a time."""
+    schema = TABLES[table]
+    for first in range(0, len(rows), batch_rows):
+        chunk = rows[first : first + batch_rows]
+        arrays = [column.take(pa.array(chunk)) if isinstance(column, pa.Array) else column.take(chunk).to_arrow(field.type)
+                  for field, column in zip(schema, (columns[name] for name in schema.names))]
+        yield table, pa.RecordBatch.from_arrays(arrays, schema=schema)
+    if not len(rows):
+        yield table, pa.RecordBatch.from_pylist([], schema=schema)
 
 
 def _gpu_tables(events: pl.DataFrame, event_stats: pl.DataFrame, kinds: list[tuple[str, int | None]],

@@ -82,6 +82,36 @@ def read_raw(data: bytes, *, source: str) -> RawSpace:
     return read_raw_fast(data, source=source) if fast_available() else read_raw_python(data, source=source)
 
 
+# Peak memory of an ingest per event and per event stat, beyond the file's bytes (measured: about 100 and 70
+# on TPU profiles; the margin covers profiles with longer strings).
+_BYTES_PER_EVENT, _BYTES_PER_STAT = 150, 100
+
+
+def available_memory() -> int | None:
+    """Bytes this process can still get: MemAvailable, within a cgroup v2 limit; None where unknown (not Linux)."""
+    try:
+        with open("/proc/meminfo") as meminfo:
+            available = next(int(line.split()[1]) * 1024 for line in meminfo if line.startswith("MemAvailable:"))
+    except (OSError, StopIteration, ValueError):
+        return None
+    try:
+        with open("/sys/fs/cgroup/memory.max") as limit, open("/sys/fs/cgroup/memory.current") as used:
+            available = min(available, int(limit.read()) - int(used.read()))
+    except (OSError, ValueError):  # no cgroup v2, or "max": no limit
+        pass
+    return available
+
+
+def _check_memory(counts: np.ndarray, source: str) -> None:
+    """Fail with a clear message, before allocating, when decoding would run out of memory (and be killed)."""
+    events, stats = int(counts[3]), int(counts[4])
+    need = events * _BYTES_PER_EVENT + stats * _BYTES_PER_STAT
+    available = available_memory()
+    if available is not None and need > available:
+        raise IngestError(source, f"too large for the memory available: its {events:,} events and {stats:,} stats "
+                                  f"need about {need / 2**30:.1f} GiB, {max(available, 0) / 2**30:.1f} GiB is free")
+
+
 def _check_head(data: bytes, source: str) -> None:
     if not data:
         raise IngestError(source, "empty file (0 bytes)")
@@ -162,11 +192,13 @@ def read_raw_fast(data: bytes, *, source: str) -> RawSpace:
     _check_head(data, source)
     buf = np.frombuffer(data, dtype=np.uint8)
     try:
-        out = _xspace_numba.decode(buf)
+        counts = _xspace_numba.count(buf)
+        _check_memory(counts, source)
+        out = _xspace_numba.decode(buf, counts)
     except ValueError as exc:
         raise IngestError(source, f"not a valid XSpace protobuf (truncated or corrupt): {exc}") from None
     (plane_ranges, plane_skips, line_plane, line_ints, line_text, event_ints, event_aggregate,
-     stat_mid, stat_kind, stat_int, stat_double, stat_text_span, space_text) = out
+     stat_mid, stat_kind, stat_int, stat_double, space_text) = out
 
     def text(start: int, end: int) -> str:
         try:
@@ -194,23 +226,25 @@ def read_raw_fast(data: bytes, *, source: str) -> RawSpace:
     for field, start, end in space_text:
         space_strings[int(field)].append(text(start, end))
 
-    lengths = stat_text_span[:, 1] - stat_text_span[:, 0]
+    # Arrow binary offsets are int32: more than 2 GiB of stat text needs large_binary (and fails the cast below).
+    wide = _xspace_numba.text_size(stat_kind, stat_int, stat_double) >= 2**31
+    offsets = np.empty(len(stat_kind) + 1, dtype=np.int64 if wide else np.int32)
+    gathered = _xspace_numba.text(buf, stat_kind, stat_int, stat_double, offsets)
     is_text = (stat_kind == 5) | (stat_kind == 6)
-    offsets = np.zeros(len(stat_kind) + 1, dtype=np.int64)
-    np.cumsum(np.where(is_text, lengths, 0), out=offsets[1:])
-    gathered = _xspace_numba.gather(buf, stat_text_span, is_text, offsets)
-    validity = pa.array(is_text).buffers()[1] if len(is_text) else None
-    stat_text = pa.Array.from_buffers(
-        pa.large_binary(), len(is_text), [validity, pa.py_buffer(offsets), pa.py_buffer(gathered)]
-    ).cast(pa.binary())
+    validity = pa.py_buffer(np.packbits(is_text, bitorder="little")) if len(is_text) else None
+    stat_text = pa.Array.from_buffers(pa.large_binary() if wide else pa.binary(), len(is_text),
+                                      [validity, pa.py_buffer(offsets), pa.py_buffer(gathered)])
+    if wide:
+        stat_text = stat_text.cast(pa.binary())
     return RawSpace(
         hostnames=space_strings[4], errors=space_strings[2], warnings=space_strings[3], planes=planes,
         line_plane=line_plane, line_id=line_ints[:, 0], line_display_id=line_ints[:, 1],
         line_name=[text(s, e) for s, e in line_text[:, 0:2]],
         line_display_name=[text(s, e) for s, e in line_text[:, 2:4]],
         line_timestamp_ns=line_ints[:, 2], line_duration_ps=line_ints[:, 3], line_n_events=line_ints[:, 4],
-        event_metadata_id=event_ints[:, 0], event_offset_ps=event_ints[:, 1], event_num_occurrences=event_ints[:, 2],
-        event_is_aggregate=event_aggregate, event_duration_ps=event_ints[:, 3], event_n_stats=event_ints[:, 4],
+        # event_ints holds one row per field: each column is contiguous.
+        event_metadata_id=event_ints[0], event_offset_ps=event_ints[1], event_num_occurrences=event_ints[2],
+        event_is_aggregate=event_aggregate, event_duration_ps=event_ints[3], event_n_stats=event_ints[4],
         stat_metadata_id=stat_mid, stat_kind=stat_kind, stat_int=stat_int, stat_double=stat_double,
         stat_text=stat_text,
     )

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import pyarrow as pa
 
-__all__ = ["TABLES", "table_schema", "column_unit", "tables_markdown", "PARTITION_COLUMN"]
+__all__ = ["TABLES", "PACK_DERIVED_TABLES", "table_schema", "column_unit", "tables_markdown", "PARTITION_COLUMN"]
 
 PARTITION_COLUMN = "profile_id"
 
@@ -194,11 +194,11 @@ TABLES: dict[str, pa.Schema] = {
         _col("event_id", pa.int64(), "events.event_id of the counter event or range; NULL for plane-level stats"),
         _col("device_id", pa.int32(), "devices.device_id (TPU counters: the chip's plane)"),
         _col("kernel", pa.string(), "kernel the value was read for: XSpace the sample line's name (XProf's Kernel), Kineto the range name"),
-        _col("sample", pa.int64(), "sample: XSpace the line id (XProf's Sample), on _counters_ lines the interval's rank; Kineto the range's rank"),
+        _col("sample", pa.int64(), "sample: XSpace the line id (XProf's Sample), on _counters_ lines the interval's rank; Kineto the range's rank; CUPTI PM sampling the sample index"),
         _col("counter_id", pa.int64(), "counter id: performance_counter_id stat; an unnamed TPU counter event without one: its metadata id"),
         _col("counter", _dict_str, "counter name (TPU: lowercased as XProf shows it, else from the xprof wheel's id dictionary), e.g. smsp__sass_thread_inst_executed_op_ffma_pred_on.sum"),
         _col("description", pa.string(), "counter description, when the source has it"),
-        _col("counter_set", pa.string(), "counter set, when the source has it; 'plane' for plane-level utilization stats"),
+        _col("counter_set", pa.string(), "counter set, when the source has it; 'plane' for plane-level utilization stats; 'pm_sampling' for CUPTI PM samples"),
         _col("value", pa.uint64(), "raw value, when a non-negative integer (the all-ones 'could not read' value is dropped and counted in profiles.drop_reasons)"),
         _col("value_double", pa.float64(), "value as a double: every numeric value, fractional ones only here"),
         _col("start_ps", pa.int64(), "start of the range or sample", "ps"),
@@ -256,7 +256,82 @@ TABLES: dict[str, pa.Schema] = {
         _col("derived_transcendentals", pa.int64(), "transcendental ops (exp, tanh, ...) of one execution, derived like derived_flops"),
         _col("derived_bytes_accessed", pa.int64(), "bytes read and written by one execution, derived from operand and result sizes (fusions: what their body reads plus their results)", "bytes"),
     ]),
+    # Derived at ingest by sql/op_stats.sql from the tables above: what the roofline reads.
+    "op_stats": pa.schema([
+        _col("device_id", pa.int32(), "devices.device_id the op ran on"),
+        _col("device_kind", _dict_str, "tpu, gpu or cpu (host planes running XLA:CPU programs)"),
+        _col("program_id", pa.uint64(), "XLA program id; null for ops without one"),
+        _col("op", pa.string(), "HLO op (events.hlo_op), else the event name (a GPU kernel)"),
+        _col("module", pa.string(), "HLO module name, when known"),
+        _col("category", pa.string(), "HLO category from the profile, else the HLO opcode"),
+        _col("cost_source", _dict_str, "where flops and bytes came from: profile (op stats), hlo (hlo_ops.derived_*) or null (none)"),
+        _col("occurrences", pa.int64(), "executions"),
+        _col("total_time_ps", pa.int64(), "time including nested ops", "ps"),
+        _col("self_time_ps", pa.int64(), "total_time_ps minus the time of ops nested in it on the same line", "ps"),
+        _col("async_window_ps", pa.int64(), "async pairs (copy-start .. copy-done, ...): start-to-done windows, summed; null otherwise", "ps"),
+        _col("bandwidth_time_ps", pa.int64(), "the time bytes move in: async windows, else the ops' time", "ps"),
+        _col("flops", pa.float64(), "FLOPs, summed over occurrences", "FLOP"),
+        _col("bytes_accessed", pa.float64(), "bytes read and written, summed over occurrences", "bytes"),
+        _col("has_breakdown", pa.bool_(), "some occurrence has a memory_access_breakdown stat"),
+        _col("breakdown_hbm_bytes", pa.float64(), "HBM bytes of the breakdowns (memory space 1); 0 without one", "bytes"),
+        _col("vmem_read_bytes", pa.float64(), "VMEM bytes read (breakdown memory space 3); 0 without a breakdown", "bytes"),
+        _col("vmem_write_bytes", pa.float64(), "VMEM bytes written", "bytes"),
+        _col("cmem_read_bytes", pa.float64(), "CMEM bytes read (breakdown memory space 2)", "bytes"),
+        _col("cmem_write_bytes", pa.float64(), "CMEM bytes written", "bytes"),
+        _col("device_start_ps", pa.int64(), "the device's first op start (the same on every row of the device)", "ps"),
+        _col("device_end_ps", pa.int64(), "the device's last op end", "ps"),
+    ]),
+    # Derived by compaction (sql/steps.sql) for the profiles it packs; empty for unpacked
+    # profiles: run.steps() computes theirs from their events.
+    "steps": pa.schema([
+        _col("device_id", pa.int32(), "devices.device_id of the busy device"),
+        _col("device", pa.string(), "device name, e.g. /device:TPU:0"),
+        _col("device_kind", pa.string(), "tpu, gpu, or host (a profile without accelerators)"),
+        _col("step_index", pa.int64(), "0-based position of the step on its device, by start"),
+        _col("step", pa.int64(), "step number as recorded (step_num, group_id, N of ProfilerStep#N)"),
+        _col("step_name", pa.string(), "step name as recorded"),
+        _col("source", pa.string(), "where the step came from: steps_line, group_id, step_annotation, profiler_step, profile"),
+        _col("start_ps", pa.int64(), "step start", "ps"),
+        _col("end_ps", pa.int64(), "step end (the next step's start, or the step's own end for the last one)", "ps"),
+        _col("wall_ps", pa.int64(), "end_ps - start_ps", "ps"),
+        _col("busy_ps", pa.int64(), "time inside the step when at least one op of the device runs", "ps"),
+        _col("idle_ps", pa.int64(), "wall_ps - busy_ps", "ps"),
+        _col("busy_fraction", pa.float64(), "busy_ps / wall_ps (XProf's duty cycle)"),
+    ]),
+    # Derived by compaction (sql/bottleneck_steps.sql, default parameters) for the profiles it packs;
+    # empty for unpacked profiles, whose bottlenecks are computed from their events.
+    "bottleneck_steps": pa.schema([
+        _col("device_id", pa.int32(), "devices.device_id"),
+        _col("device", pa.string(), "device name"),
+        _col("device_kind", pa.string(), "tpu, gpu or host"),
+        _col("step_index", pa.int64(), "steps.step_index"),
+        _col("step", pa.int64(), "steps.step (the recorded step number)"),
+        _col("source", pa.string(), "steps.source"),
+        _col("steps", pa.int32(), "steps in the row (1)"),
+        _col("devices", pa.int32(), "devices in the row (1)"),
+        _col("start_ps", pa.int64(), "step start", "ps"),
+        _col("end_ps", pa.int64(), "step end", "ps"),
+        _col("step_ps", pa.int64(), "wall time", "ps"),
+        _col("busy_ps", pa.int64(), "time some op of the device runs (steps.busy_ps)", "ps"),
+        _col("compute_bound_ps", pa.int64(), "an op runs that the roofline calls compute-bound", "ps"),
+        _col("memory_bound_ps", pa.int64(), "an op runs that the roofline calls memory-bound", "ps"),
+        _col("other_compute_ps", pa.int64(), "an op runs without cost data or known peaks", "ps"),
+        _col("exposed_collective_ps", pa.int64(), "no compute runs, a collective does", "ps"),
+        _col("exposed_host_offload_ps", pa.int64(), "no compute or collective; a host-offload copy window is open", "ps"),
+        _col("exposed_dma_ps", pa.int64(), "no compute or collective; another copy window is open or a GPU copy runs", "ps"),
+        _col("launch_overhead_ps", pa.int64(), "the device is idle while work it will run has been launched", "ps"),
+        _col("input_wait_ps", pa.int64(), "the device is idle while the host reads input, or an infeed op runs", "ps"),
+        _col("host_wait_ps", pa.int64(), "the device is idle and more of its work follows in the step", "ps"),
+        _col("idle_ps", pa.int64(), "the device is idle and nothing more runs in the step", "ps"),
+        _col("flops", pa.float64(), "FLOPs of the ops starting in the step", "FLOP"),
+        _col("bytes_accessed", pa.float64(), "bytes of the ops starting in the step", "bytes"),
+        _col("flop_capacity", pa.float64(), "devices.peak_flops_per_s x step time", "FLOP"),
+        _col("byte_capacity", pa.float64(), "devices.peak_hbm_bytes_per_s x step time", "bytes"),
+    ]),
 }
+
+# Written by compaction for each pack, from the pack's other tables, rather than at ingest.
+PACK_DERIVED_TABLES: tuple[str, ...] = ("steps", "bottleneck_steps")
 
 
 def table_schema(name: str) -> pa.Schema:

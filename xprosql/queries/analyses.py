@@ -21,13 +21,13 @@ Example:
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from xprosql.queries import analysis_sql
 
-__all__ = ["Parameter", "analysis_frame", "analysis_parameters", "analysis_text", "bind_parameters"]
+__all__ = ["Parameter", "analysis_frame", "analysis_parameters", "analysis_text", "bind_parameters", "included_analyses"]
 
 _INCLUDE = re.compile(r"^[ \t]*--[ \t]*@include[ \t]+([A-Za-z0-9_]+)[ \t]*$", re.MULTILINE)
 _PARAMETER = re.compile(r"^--\s+\$([A-Za-z_][A-Za-z0-9_]*)\s+([A-Za-z0-9_\[\]]+)\s+(.*?)\s*$", re.MULTILINE)
@@ -49,16 +49,31 @@ class Parameter:
         return self.default is _NO_DEFAULT
 
 
-def analysis_text(name: str) -> str:
-    """The SQL of analysis ``name`` with every ``-- @include OTHER`` line replaced by OTHER's SQL."""
-    return _expand(name, ())
+def analysis_text(name: str, *, stored: Collection[str] = ()) -> str:
+    """The SQL of analysis ``name`` with every ``-- @include OTHER`` line replaced by OTHER's SQL.
+
+    ``stored``: analyses whose rows a table of the same name holds (see
+    ``PACK_DERIVED_TABLES``); they are read from it, for the ``$profiles`` chosen.
+    """
+    return _expand(name, (), frozenset(stored))
 
 
-def _expand(name: str, seen: tuple[str, ...]) -> str:
+def included_analyses(name: str) -> set[str]:
+    """Every analysis ``name`` builds on, through its includes and theirs."""
+    found: set[str] = set()
+    for include in _INCLUDE.findall(analysis_sql(name)):
+        found |= {include, *included_analyses(include)}
+    return found
+
+
+def _expand(name: str, seen: tuple[str, ...], stored: frozenset[str]) -> str:
     if name in seen:
         raise ValueError(f"analysis {name!r} includes itself: {' -> '.join((*seen, name))}")
+    if name in stored:
+        return (f"SELECT * FROM {name} WHERE CAST($profiles AS VARCHAR[]) IS NULL "
+                f"OR list_contains(CAST($profiles AS VARCHAR[]), profile_id)")
     text = analysis_sql(name)
-    return _INCLUDE.sub(lambda m: _expand(m.group(1), (*seen, name)).rstrip().rstrip(";"), text)
+    return _INCLUDE.sub(lambda m: _expand(m.group(1), (*seen, name), stored).rstrip().rstrip(";"), text)
 
 
 def _literal(text: str) -> Any:

@@ -1,0 +1,50 @@
+"""Tables derived from a profile at ingest, by the packaged SQL, so fleet queries need not rescan events.
+
+``op_stats`` (``sql/op_stats.sql``) sums every op per device: the part of the
+roofline that reads events. It is computed once, from the staged Parquet files
+of the profile being ingested, and committed with them, so the roofline of
+thousands of profiles reads a few hundred rows of each.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pyarrow as pa
+
+from xprosql._duckdb import connect
+from xprosql.models.tables import TABLES
+from xprosql.queries.analyses import analysis_text, bind_parameters
+from xprosql.queries.functions import register_functions
+from xprosql.warehouse import StagedProfile
+
+__all__ = ["DERIVED_TABLES", "derive_tables"]
+
+# Derived table -> the tables its SQL reads.
+DERIVED_TABLES: dict[str, tuple[str, ...]] = {
+    "op_stats": ("devices", "tracks", "events", "event_stats", "metadata_stats", "hlo_ops"),
+}
+
+
+def _quoted(text: str) -> str:
+    return "'" + text.replace("'", "''") + "'"
+
+
+def derive_tables(staged: StagedProfile) -> Iterator[tuple[str, pa.Table]]:
+    """(table, rows) of every derived table of ``staged``.
+
+    Closes the staged files the SQL reads; the profile's decoded tables must all be written.
+    """
+    con = connect()
+    try:
+        register_functions(con)
+        for name, sources in DERIVED_TABLES.items():
+            staged.finish(sources)
+            pid = _quoted(staged.profile_id)
+            for source in sources:
+                path = _quoted(str(staged.file(source)))
+                con.execute(f"CREATE OR REPLACE VIEW {source} AS SELECT {pid} AS profile_id, * FROM read_parquet({path})")
+            rows = con.sql(analysis_text(name), params=bind_parameters(name, {})).to_arrow_table()
+            yield name, rows.drop_columns(["profile_id"]).cast(TABLES[name])
+    finally:
+        con.close()
