@@ -45,17 +45,15 @@ import pyarrow as pa
 from xprosql._duckdb import connect
 from xprosql.models.tables import PACK_DERIVED_TABLES, TABLES
 from xprosql.queries import analysis_sql
-from xprosql.queries.analyses import (
-    analysis_parameters,
-    analysis_text,
-    included_analyses,
-)
+from xprosql.queries.analyses import analysis_parameters, analysis_text, included_analyses
 from xprosql.warehouse import Snapshot
 
 if TYPE_CHECKING:
     from xprosql.run import Result, Run
 
-__all__ = ["SHARES_PER_WORKER", "SHARE_EVENTS", "combine", "distributed_analysis", "is_fleet_analysis", "run_on_share", "scans_events"]
+__all__ = [
+    "SHARES_PER_WORKER", "SHARE_EVENTS", "combine", "distributed_analysis", "is_fleet_analysis", "run_on_share", "scans_events",
+]
 
 # More shares than workers evens out profiles of different sizes.
 SHARES_PER_WORKER = 2
@@ -200,15 +198,15 @@ def _per_profile(run: Run, name: str, params: Mapping[str, Any] | None) -> pa.Ta
     given = dict(params or {})
     snapshot = run._snapshot if given.get("profiles") is None else run._snapshot.restrict(given["profiles"])
     wanted = set(snapshot.profile_ids)
-    covered = [p for pack in snapshot.packs if all(t in pack.rows for t in stored) for p in pack.profiles if p in wanted]
-    parts = []
-    if covered:
-        stored_text = analysis_text(name, stored=stored)
-        used = set(_PARAM.findall(stored_text))
-        parts.append(run_on_share(snapshot.restrict(covered), stored_text, {k: v for k, v in given.items() if k in used}))
-    rest = sorted(wanted - set(covered))
-    if rest or not parts:
-        parts.append(_map(run, text, {**given, "profiles": rest or list(wanted)}))
+    covered = {p for pack in snapshot.packs if all(t in pack.rows for t in stored) for p in pack.profiles} & wanted
+    rest = sorted(wanted - covered)
+    if not covered:
+        return _map(run, text, params)
+    stored_text = analysis_text(name, stored=stored)
+    stored_params = {k: v for k, v in given.items() if k in set(_PARAM.findall(stored_text))}
+    if not rest:  # all packed (one small query, unless what is not stored scans events)
+        return _map(run, stored_text, stored_params)
+    parts = [_map(run, stored_text, {**stored_params, "profiles": sorted(covered)}), _map(run, text, {**given, "profiles": rest})]
     return combine(parts, text, params)
 
 
