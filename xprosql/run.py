@@ -19,7 +19,7 @@ import pyarrow as pa
 
 from xprosql._duckdb import connect
 from xprosql.errors import WarehouseError
-from xprosql.models.tables import PARTITION_COLUMN, TABLES
+from xprosql.models.tables import INGEST_DERIVED_TABLES, PARTITION_COLUMN, TABLES
 from xprosql.queries.analyses import bind_parameters
 from xprosql.queries.functions import register_functions
 from xprosql.warehouse import Warehouse
@@ -94,14 +94,15 @@ class Run:
 
             self._snapshot = self._snapshot.restrict(profiles_where(self._snapshot, where))
         self._cluster = cluster  # a dask.distributed Client: per-profile analyses run on it
-        stale = self._snapshot.profiles_without("op_stats")
-        if stale:
-            if self._lease is not None:
-                self._lease.release()
-            raise WarehouseError(
-                f"{self.path}: {len(stale)} profiles (e.g. {stale[0]}) were ingested by an older xprosql, "
-                "without the op_stats table the analyses read; ingest their files into a new warehouse"
-            )
+        for derived in INGEST_DERIVED_TABLES:
+            stale = self._snapshot.profiles_without(derived)
+            if stale:
+                if self._lease is not None:
+                    self._lease.release()
+                raise WarehouseError(
+                    f"{self.path}: {len(stale)} profiles (e.g. {stale[0]}) were ingested by an older xprosql, "
+                    f"without the {derived} table the analyses read; ingest their files into a new warehouse"
+                )
         committed = list(self._snapshot.profile_ids)
         self.profile_ids: list[str] = committed
         self._files = {table: self._snapshot.files(table) for table in TABLES}

@@ -13,17 +13,12 @@ from collections.abc import Iterator
 import pyarrow as pa
 
 from xprosql._duckdb import connect
-from xprosql.models.tables import TABLES
+from xprosql.models.tables import INGEST_DERIVED_TABLES, TABLES
 from xprosql.queries.analyses import analysis_text, bind_parameters
 from xprosql.queries.functions import register_functions
 from xprosql.warehouse import StagedProfile
 
-__all__ = ["DERIVED_TABLES", "derive_tables"]
-
-# Derived table -> the tables its SQL reads.
-DERIVED_TABLES: dict[str, tuple[str, ...]] = {
-    "op_stats": ("devices", "tracks", "events", "event_stats", "metadata_stats", "hlo_ops"),
-}
+__all__ = ["derive_tables"]
 
 
 def _quoted(text: str) -> str:
@@ -33,17 +28,18 @@ def _quoted(text: str) -> str:
 def derive_tables(staged: StagedProfile) -> Iterator[tuple[str, pa.Table]]:
     """(table, rows) of every derived table of ``staged``.
 
-    Closes the staged files the SQL reads; the profile's decoded tables must all be written.
+    Closes the staged files of every other table: the profile's decoded tables must all be written.
     """
     con = connect()
     try:
         register_functions(con)
-        for name, sources in DERIVED_TABLES.items():
-            staged.finish(sources)
-            pid = _quoted(staged.profile_id)
-            for source in sources:
-                path = _quoted(str(staged.file(source)))
-                con.execute(f"CREATE OR REPLACE VIEW {source} AS SELECT {pid} AS profile_id, * FROM read_parquet({path})")
+        decoded = [table for table in TABLES if table not in INGEST_DERIVED_TABLES]
+        staged.finish(decoded)
+        pid = _quoted(staged.profile_id)
+        for table in decoded:
+            path = _quoted(str(staged.file(table)))
+            con.execute(f"CREATE VIEW {table} AS SELECT {pid} AS profile_id, * FROM read_parquet({path})")
+        for name in INGEST_DERIVED_TABLES:
             rows = con.sql(analysis_text(name), params=bind_parameters(name, {})).to_arrow_table()
             yield name, rows.drop_columns(["profile_id"]).cast(TABLES[name])
     finally:

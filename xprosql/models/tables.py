@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import pyarrow as pa
 
-__all__ = ["TABLES", "PACK_DERIVED_TABLES", "table_schema", "column_unit", "tables_markdown", "PARTITION_COLUMN"]
+__all__ = ["TABLES", "INGEST_DERIVED_TABLES", "PACK_DERIVED_TABLES", "table_schema", "column_unit", "tables_markdown", "PARTITION_COLUMN"]
 
 PARTITION_COLUMN = "profile_id"
 
@@ -331,6 +331,8 @@ TABLES: dict[str, pa.Schema] = {
 }
 
 # Written by compaction for each pack, from the pack's other tables, rather than at ingest.
+# Written at ingest from the profile's other tables, by the analysis of the same name (sql/<table>.sql).
+INGEST_DERIVED_TABLES: tuple[str, ...] = ("op_stats",)
 PACK_DERIVED_TABLES: tuple[str, ...] = ("steps", "bottleneck_steps")
 
 
