@@ -183,20 +183,37 @@ async_windows AS (
     UNION ALL
     SELECT profile_id, done_id, window_ps FROM async_pairs
 ),
-metadata_breakdowns AS (
-    SELECT m.profile_id, m.device_id, m.metadata_id, xprosql_memory_access(m.bytes_value) AS accesses
-    FROM metadata_stats AS m CROSS JOIN params AS p
-    WHERE m.stat = 'memory_access_breakdown' AND m.bytes_value IS NOT NULL
-      AND (p.profiles IS NULL OR list_contains(p.profiles, m.profile_id))
-    QUALIFY row_number() OVER (PARTITION BY m.profile_id, m.device_id, m.metadata_id) = 1
+-- Memory access breakdowns, per breakdown: bytes by memory space (1 HBM, 2 CMEM,
+-- 3 VMEM) and direction (1 read, 2 write). Summed here, on the few breakdowns,
+-- rather than on each occurrence of their ops.
+breakdowns AS (
+    SELECT
+        owner, profile_id, device_id, metadata_id, event_id,
+        len(accesses) > 0 AS has_breakdown,
+        coalesce(list_sum(list_transform(list_filter(accesses, lambda a: a.memory_space = 1), lambda a: a.bytes)), 0) AS hbm_each,
+        coalesce(list_sum(list_transform(list_filter(accesses, lambda a: a.memory_space = 3 AND a.operation_type = 1), lambda a: a.bytes)), 0) AS vmem_read_each,
+        coalesce(list_sum(list_transform(list_filter(accesses, lambda a: a.memory_space = 3 AND a.operation_type = 2), lambda a: a.bytes)), 0) AS vmem_write_each,
+        coalesce(list_sum(list_transform(list_filter(accesses, lambda a: a.memory_space = 2 AND a.operation_type = 1), lambda a: a.bytes)), 0) AS cmem_read_each,
+        coalesce(list_sum(list_transform(list_filter(accesses, lambda a: a.memory_space = 2 AND a.operation_type = 2), lambda a: a.bytes)), 0) AS cmem_write_each
+    FROM (
+        SELECT 'metadata' AS owner, m.profile_id, m.device_id, m.metadata_id, NULL::BIGINT AS event_id,
+               xprosql_memory_access(m.bytes_value) AS accesses
+        FROM metadata_stats AS m CROSS JOIN params AS p
+        WHERE m.stat = 'memory_access_breakdown' AND m.bytes_value IS NOT NULL
+          AND (p.profiles IS NULL OR list_contains(p.profiles, m.profile_id))
+        QUALIFY row_number() OVER (PARTITION BY m.profile_id, m.device_id, m.metadata_id) = 1
+        UNION ALL
+        SELECT 'event', s.profile_id, NULL, NULL, s.event_id, xprosql_memory_access(s.bytes_value)
+        FROM event_stats AS s CROSS JOIN params AS p
+        WHERE s.stat = 'memory_access_breakdown' AND s.bytes_value IS NOT NULL
+          AND (p.profiles IS NULL OR list_contains(p.profiles, s.profile_id))
+        QUALIFY row_number() OVER (PARTITION BY s.profile_id, s.event_id) = 1
+    )
+    -- A breakdown that does not decode (NULL) counts as none, as an absent one does.
+    WHERE accesses IS NOT NULL
 ),
-event_breakdowns AS (
-    SELECT s.profile_id, s.event_id, xprosql_memory_access(s.bytes_value) AS accesses
-    FROM event_stats AS s CROSS JOIN params AS p
-    WHERE s.stat = 'memory_access_breakdown' AND s.bytes_value IS NOT NULL
-      AND (p.profiles IS NULL OR list_contains(p.profiles, s.profile_id))
-    QUALIFY row_number() OVER (PARTITION BY s.profile_id, s.event_id) = 1
-),
+metadata_breakdowns AS (SELECT * FROM breakdowns WHERE owner = 'metadata'),
+event_breakdowns AS (SELECT * FROM breakdowns WHERE owner = 'event'),
 hlo AS (
     SELECT
         h.profile_id, h.program_id, h.hlo_op,
@@ -218,7 +235,13 @@ costed AS (
             WHEN h.derived_flops IS NOT NULL OR h.derived_bytes_accessed IS NOT NULL THEN 'hlo'
         END AS cost_source,
         h.opcode,
-        coalesce(eb.accesses, mb.accesses) AS accesses,
+        -- An event's own breakdown, else its metadata's: per occurrence.
+        coalesce(eb.has_breakdown, mb.has_breakdown, false) AS has_breakdown,
+        coalesce(eb.hbm_each, mb.hbm_each, 0) AS hbm_each,
+        coalesce(eb.vmem_read_each, mb.vmem_read_each, 0) AS vmem_read_each,
+        coalesce(eb.vmem_write_each, mb.vmem_write_each, 0) AS vmem_write_each,
+        coalesce(eb.cmem_read_each, mb.cmem_read_each, 0) AS cmem_read_each,
+        coalesce(eb.cmem_write_each, mb.cmem_write_each, 0) AS cmem_write_each,
         w.window_ps
     FROM op_events AS o
     LEFT JOIN children AS c ON c.profile_id = o.profile_id AND c.parent_id = o.event_id
@@ -227,18 +250,6 @@ costed AS (
     LEFT JOIN metadata_breakdowns AS mb
       ON mb.profile_id = o.profile_id AND mb.device_id = o.device_id AND mb.metadata_id = o.metadata_id
     LEFT JOIN async_windows AS w ON w.profile_id = o.profile_id AND w.event_id = o.event_id
-),
--- Per occurrence: bytes by memory space (1 HBM, 2 CMEM, 3 VMEM) and direction (1 read, 2 write).
-spaced AS (
-    SELECT
-        *,
-        coalesce(len(accesses), 0) > 0 AS has_breakdown,
-        coalesce(list_sum(list_transform(list_filter(accesses, lambda a: a.memory_space = 1), lambda a: a.bytes)), 0) AS hbm_each,
-        coalesce(list_sum(list_transform(list_filter(accesses, lambda a: a.memory_space = 3 AND a.operation_type = 1), lambda a: a.bytes)), 0) AS vmem_read_each,
-        coalesce(list_sum(list_transform(list_filter(accesses, lambda a: a.memory_space = 3 AND a.operation_type = 2), lambda a: a.bytes)), 0) AS vmem_write_each,
-        coalesce(list_sum(list_transform(list_filter(accesses, lambda a: a.memory_space = 2 AND a.operation_type = 1), lambda a: a.bytes)), 0) AS cmem_read_each,
-        coalesce(list_sum(list_transform(list_filter(accesses, lambda a: a.memory_space = 2 AND a.operation_type = 2), lambda a: a.bytes)), 0) AS cmem_write_each
-    FROM costed
 ),
 per_device AS (
     SELECT
@@ -259,7 +270,7 @@ per_device AS (
         CAST(sum(vmem_write_each * occurrences) AS DOUBLE) AS vmem_write_bytes,
         CAST(sum(cmem_read_each * occurrences) AS DOUBLE) AS cmem_read_bytes,
         CAST(sum(cmem_write_each * occurrences) AS DOUBLE) AS cmem_write_bytes
-    FROM spaced
+    FROM costed
     GROUP BY profile_id, device_id, device_kind, program_id, op
 ),
 device_spans AS (

@@ -102,6 +102,24 @@ def test_op_stats_stored_at_ingest_equal_the_sql_over_the_warehouse(run: xprosql
     )
 
 
+def test_op_stats_derived_in_memory_equal_derived_from_the_files(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Small profiles are derived from their decoded tables in memory, large ones from the staged Parquet files."""
+    from xprosql.ingest import derived
+
+    kept: list[bool] = []
+    tables = derived.DecodedTables.tables
+    monkeypatch.setattr(derived.DecodedTables, "tables", lambda self: kept.append(tables(self) is not None) or tables(self))
+    sources = [TPU_SAMPLE, GPU_SAMPLE, KINETO_A100]
+    assert xprosql.ingest(sources, into=tmp_path / "memory").ok
+    monkeypatch.setattr(derived, "_IN_MEMORY_BYTES", 0)
+    assert xprosql.ingest(sources, into=tmp_path / "files").ok
+    assert kept == [True] * 3 + [False] * 3
+    query = "SELECT * FROM op_stats ORDER BY ALL"
+    in_memory = xprosql.load(tmp_path / "memory").sql(query).arrow()
+    assert in_memory.num_rows > 0
+    assert in_memory.equals(xprosql.load(tmp_path / "files").sql(query).arrow())
+
+
 def test_analysis_by_name_is_the_python_api(run: xprosql.Run) -> None:
     by_name = run.analysis("roofline", top=5).pl()
     _assert_frames_equal(by_name, run.roofline(top=5))

@@ -45,7 +45,9 @@ import os
 import shutil
 import uuid
 import weakref
+from collections import deque
 from collections.abc import Iterable, Iterator, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -93,18 +95,32 @@ _PART_FILE = "part-0.parquet"
 _SIZE_TABLES = ("events", "event_stats", "metadata_stats")
 
 
+# Row groups handed to the writer thread and not yet written: enough to keep it busy, few enough to bound memory.
+_WRITES_IN_FLIGHT = 2
 # Per-event integer columns that are nearly all distinct: no dictionary (it never pays off there, and
-# trying costs a fifth of the write), delta-encoded (small for sorted ids and times).
-_DELTA_COLUMNS = {"events": ("event_id", "start_ps", "dur_ps"), "event_stats": ("event_id",)}
+# trying costs a fifth of the write), delta-encoded (small for sorted ids and times). Durations repeat: they
+# keep the dictionary, which makes them a third of the size.
+_DELTA_COLUMNS = {"events": ("event_id", "start_ps", "device_offset_ps"), "event_stats": ("event_id",)}
 
 
 def _writer_options(table: str) -> dict[str, Any]:
-    """Parquet writer options of a staged table beyond zstd: encodings only, the content is the same."""
+    """Parquet writer options of a staged table beyond zstd: encodings and statistics only, the content is the same.
+
+    The per-event tables keep min/max statistics of their numbers (what scans prune row groups by) but not of
+    their strings, which no query prunes by and which cost a sixth of the write.
+    """
     delta = _DELTA_COLUMNS.get(table, ())
     if not delta:
         return {}
-    return {"use_dictionary": [name for name in TABLES[table].names if name not in delta],
-            "column_encoding": dict.fromkeys(delta, "DELTA_BINARY_PACKED")}
+    schema = TABLES[table]
+    return {"use_dictionary": [name for name in schema.names if name not in delta],
+            "column_encoding": dict.fromkeys(delta, "DELTA_BINARY_PACKED"),
+            "write_statistics": [field.name for field in schema if not _is_text(field.type)]}
+
+
+def _is_text(type_: pa.DataType) -> bool:
+    value_type = type_.value_type if pa.types.is_dictionary(type_) else type_
+    return pa.types.is_string(value_type) or pa.types.is_binary(value_type)
 
 
 def _partition_dir(table_dir: Path, profile_id: str) -> Path:
@@ -128,15 +144,22 @@ def _try_lock(handle: IO[Any], mode: int) -> bool:
 
 
 class StagedProfile:
-    """Parquet files of one profile being written aside, before commit."""
+    """Parquet files of one profile being written aside, before commit.
+
+    Row groups are encoded and written on a background thread (Arrow releases the
+    GIL), so a decoder producing the next batch and the zstd writer run at once; at
+    most ``_WRITES_IN_FLIGHT`` row groups wait, which bounds the memory it costs.
+    """
 
     def __init__(self, directory: Path, profile_id: str) -> None:
         self.directory = directory
         self.profile_id = profile_id
         self.rows: dict[str, int] = dict.fromkeys(TABLES, 0)
-        self._writers: dict[str, pq.ParquetWriter] = {}
+        self._writers: dict[str, pq.ParquetWriter] = {}  # touched only by the writer thread
         self._pending: dict[str, list[pa.RecordBatch]] = {}
         self._closed: set[str] = set()
+        self._thread: ThreadPoolExecutor | None = None
+        self._in_flight: deque[Future[None]] = deque()
 
     def _path(self, table: str) -> Path:
         return _partition_dir(self.directory / table, self.profile_id) / _PART_FILE
@@ -155,14 +178,33 @@ class StagedProfile:
 
     def _flush(self, table: str) -> None:
         batches = self._pending.pop(table, [])
+        rows = pa.Table.from_batches(batches, TABLES[table]) if batches else None
+        self._submit(self._write_rows, table, rows)
+
+    def _write_rows(self, table: str, rows: pa.Table | None) -> None:
         writer = self._writers.get(table)
         if writer is None:
             path = self._path(table)
             path.parent.mkdir(parents=True, exist_ok=True)
             writer = pq.ParquetWriter(path, TABLES[table], compression="zstd", **_writer_options(table))
             self._writers[table] = writer
-        if batches:
-            writer.write_table(pa.Table.from_batches(batches, TABLES[table]), row_group_size=ROW_GROUP_ROWS)
+        if rows is not None:
+            writer.write_table(rows, row_group_size=ROW_GROUP_ROWS)
+
+    def _close_file(self, table: str) -> None:
+        self._writers.pop(table).close()
+
+    def _submit(self, work: Any, *args: Any) -> None:
+        """Run ``work`` on the writer thread, in order; a failure comes back from a later call here or :meth:`finish`."""
+        if self._thread is None:
+            self._thread = ThreadPoolExecutor(1, thread_name_prefix="xprosql-parquet")
+        while len(self._in_flight) >= _WRITES_IN_FLIGHT:
+            self._in_flight.popleft().result()
+        self._in_flight.append(self._thread.submit(work, *args))
+
+    def _wait(self) -> None:
+        while self._in_flight:
+            self._in_flight.popleft().result()
 
     def finish(self, tables: Iterable[str] | None = None) -> None:
         """Close the files of ``tables`` (default: every table; each gets one). Closed files take no more rows.
@@ -173,17 +215,28 @@ class StagedProfile:
             if table in self._closed:
                 continue
             self._flush(table)
-            self._writers.pop(table).close()
+            self._submit(self._close_file, table)
             self._closed.add(table)
+        self._wait()
 
     def file(self, table: str) -> Path:
         """The staged Parquet file of ``table`` (written once :meth:`finish` closed it)."""
         return self._path(table)
 
     def abort(self) -> None:
+        for future in self._in_flight:
+            future.cancel()
+        self._in_flight.clear()
+        self.close()
         for writer in self._writers.values():
             writer.close()
         self._writers.clear()
+
+    def close(self) -> None:
+        """Stop the writer thread (after :meth:`finish` or :meth:`abort`)."""
+        if self._thread is not None:
+            self._thread.shutdown(wait=True)
+            self._thread = None
 
 
 @dataclass(frozen=True)
@@ -511,6 +564,7 @@ class Warehouse:
             staged.abort()
             raise
         finally:
+            staged.close()
             owner.close()
             shutil.rmtree(directory, ignore_errors=True)
             if created_root and not any(self.root.iterdir()):

@@ -24,12 +24,14 @@ import concurrent.futures as cf
 import datetime as dt
 import hashlib
 import json
+import mmap
 import multiprocessing
 import os
 import signal
 import sys
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO
@@ -39,7 +41,7 @@ import pyarrow as pa
 
 from xprosql.errors import IngestError
 from xprosql.ingest import xspace_wire
-from xprosql.ingest.derived import derive_tables
+from xprosql.ingest.derived import DecodedTables, derive_tables
 from xprosql.ingest.kineto import decode_kineto
 from xprosql.ingest.xspace import decode_xspace
 from xprosql.models.tables import TABLES
@@ -155,11 +157,12 @@ def find_profiles(source: str | os.PathLike[str]) -> list[Path]:
     return [path]
 
 
-def _decoder(path: Path, data: bytes):
-    """XSpace by name; JSON (plain or gzipped) by name or content; else XSpace, whose errors say what it is."""
+def _decoder(path: Path, head: bytes):
+    """XSpace by name; JSON (plain or gzipped) by name or content (``head``: the file's first bytes); else XSpace,
+    whose errors say what it is."""
     if path.name.endswith(XSPACE_SUFFIX):
         return decode_xspace
-    if path.name.endswith(JSON_SUFFIXES) or data[:2] == b"\x1f\x8b" or data.lstrip()[:1] in (b"{", b"["):
+    if path.name.endswith(JSON_SUFFIXES) or head[:2] == b"\x1f\x8b" or head.lstrip()[:1] in (b"{", b"["):
         return decode_kineto
     return decode_xspace
 
@@ -255,40 +258,67 @@ def _ingest_one(path: Path, warehouse: Warehouse, report: IngestReport, *, tags:
     (report.ingested if written else report.skipped).append(result)
 
 
-def _ingest_file(path: Path, warehouse: Warehouse, *, tags: Mapping[str, str] | None) -> tuple[ProfileIngested, bool]:
+@contextmanager
+def _contents(path: Path) -> Iterator[bytes | mmap.mmap]:
+    """The file's bytes. An XSpace is mapped rather than read: its decoder walks it a chunk at a time and drops the
+    pages it is done with, so a file larger than memory still ingests. JSON is read whole: it must fit."""
     try:
-        size, available = path.stat().st_size, xspace_wire.available_memory()
-        if available is not None and size > available:  # fail clearly rather than be killed reading it
-            raise IngestError(path, f"too large to read: {size / 2**30:.1f} GiB, {available / 2**30:.1f} GiB of memory is free")
-        data = path.read_bytes()
+        with open(path, "rb") as file:
+            size = os.fstat(file.fileno()).st_size
+            head = file.read(4096)
+            if size and _decoder(path, head) is decode_xspace:
+                data: bytes | mmap.mmap = mmap.mmap(file.fileno(), 0, access=mmap.ACCESS_READ)
+            else:
+                available = xspace_wire.available_memory()
+                if available is not None and size > available:  # fail clearly rather than be killed reading it
+                    raise IngestError(path, f"too large to read: {size / 2**30:.1f} GiB, "
+                                            f"{available / 2**30:.1f} GiB of memory is free")
+                data = head + file.read()
     except OSError as exc:
         raise IngestError(path, f"cannot read: {exc.strerror or exc}") from None
-    sha256 = hashlib.sha256(data).hexdigest()
-    profile_id = sha256[:16]  # profile_id_of(data), hashed once
-    if warehouse.has_profile(profile_id):
-        return ProfileIngested(str(path), profile_id), False
-    run, host = _run_and_host(path)
-    with warehouse.stage(profile_id) as staged:
-        try:
-            for table, batch in _decoder(path, data)(data, source=str(path)):
-                if table == "profiles":
-                    batch = _complete_profile_row(batch, path=path, data=data, sha256=sha256, run=run, host=host, tags=tags or {})
-                staged.write(table, batch)
+    try:
+        yield data
+    finally:
+        if isinstance(data, mmap.mmap):
             try:
-                for table, rows in derive_tables(staged):
-                    for batch in rows.to_batches():
-                        staged.write(table, batch)
-            except duckdb.Error as exc:  # values the summary SQL cannot add up (e.g. sums past int64)
-                raise IngestError(path, f"cannot derive its summary tables: {type(exc).__name__}: {exc}") from None
-        except (OverflowError, ValueError, TypeError, KeyError, pa.ArrowException) as exc:
-            # A file that parses but holds impossible values (times past int64 ps, ...).
-            raise IngestError(path, f"corrupt content: {type(exc).__name__}: {exc}") from None
-        written = warehouse.commit(staged)
+                data.close()
+            except BufferError:  # arrays of a failed decode still point into it: the collector unmaps it
+                pass
+
+
+def _ingest_file(path: Path, warehouse: Warehouse, *, tags: Mapping[str, str] | None) -> tuple[ProfileIngested, bool]:
+    with _contents(path) as data:
+        sha256 = hashlib.sha256(data).hexdigest()
+        xspace_wire.drop_pages(data)
+        profile_id = sha256[:16]  # profile_id_of(data), hashed once
+        if warehouse.has_profile(profile_id):
+            return ProfileIngested(str(path), profile_id), False
+        run, host = _run_and_host(path)
+        with warehouse.stage(profile_id) as staged:
+            try:
+                decoded = DecodedTables()
+                for table, batch in _decoder(path, data[:4096])(data, source=str(path)):
+                    if table == "profiles":
+                        batch = _complete_profile_row(batch, path=path, size=len(data), sha256=sha256, run=run,
+                                                      host=host, tags=tags or {})
+                    staged.write(table, batch)
+                    decoded.add(table, batch)
+                xspace_wire.drop_pages(data)
+                try:
+                    for table, rows in derive_tables(staged, decoded):
+                        for batch in rows.to_batches():
+                            staged.write(table, batch)
+                except duckdb.Error as exc:  # values the summary SQL cannot add up (e.g. sums past int64)
+                    raise IngestError(path, f"cannot derive its summary tables: {type(exc).__name__}: {exc}") from None
+            except (OverflowError, ValueError, TypeError, KeyError, pa.ArrowException) as exc:
+                # A file that parses but holds impossible values (times past int64 ps, ...).
+                raise IngestError(path, f"corrupt content: {type(exc).__name__}: {exc}") from None
+            written = warehouse.commit(staged)
     return ProfileIngested(str(path), profile_id, {t: n for t, n in staged.rows.items()}), written
 
 
 def _complete_profile_row(
-    batch: pa.RecordBatch, *, path: Path, data: bytes, sha256: str, run: str | None, host: str, tags: Mapping[str, str]
+    batch: pa.RecordBatch, *, path: Path, size: int, sha256: str, run: str | None, host: str, tags: Mapping[str, str]
 ) -> pa.RecordBatch:
     from xprosql import __version__
 
@@ -298,7 +328,7 @@ def _complete_profile_row(
         host=row["host"] or host,
         run=run,
         tags=sorted(tags.items()),
-        file_bytes=len(data),
+        file_bytes=size,
         content_sha256=sha256,
         ingested_at=dt.datetime.now(dt.timezone.utc),
         xprosql_version=__version__,

@@ -1,8 +1,10 @@
 """The columnar Kineto decoder: whole columns at a time instead of one event at a time.
 
-:func:`._kineto_scan.scan` turns the traceEvents JSON into integer arrays (a row per
-event, a row per arg, every string interned), and the rest is numpy and Arrow over
-whole columns: masks for what each event is, one scatter for the typed stat columns.
+The text is decompressed and scanned a piece at a time (:class:`._kineto_scan.Scanner`:
+integer arrays, a row per event and a row per arg, every string interned), so it is never
+held whole; the rest is numpy and Arrow over whole columns: masks for what each event is,
+one scatter for the typed stat columns. The big tables come out in slices as they are
+built, so that the writer can encode and free one while the next is made.
 Python touches single values only where they need Python's own parsing (arg lists
 and objects, each distinct one once; the launch configuration of kernels; counters).
 
@@ -13,8 +15,11 @@ gives the same tables for regular traces and decides everything for the rest.
 
 from __future__ import annotations
 
+import itertools
 from collections import Counter
-from typing import Any
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any, BinaryIO
 
 import msgspec
 import numpy as np
@@ -25,65 +30,163 @@ from xprosql.ingest import _kineto_common as common
 from xprosql.ingest import _kineto_scan as scan
 from xprosql.ingest._pm_sampling import PM_SAMPLING_CATEGORY, pm_sampling_rows
 from xprosql.models.tables import TABLES
+from xprosql.warehouse import ROW_GROUP_ROWS
 
 # Headroom below 2**63 so that sums of two scaled values (start + dur) stay in int64.
 _LIMIT = 2**62
 _KINDS = ["int64", "double", "str", "uint64", "json"]  # event_stats.value_type, by scan.T_* code
 _F = {name: i for i, name in enumerate(scan.FIELDS)}
-_ARRAY = msgspec.json.Decoder(list[msgspec.Raw])
+_RAW = msgspec.json.Decoder(msgspec.Raw)
+# Text scanned at a time (the whole text is never held): small enough to stay in the cache while it is
+# decompressed, scanned and validated, big enough that the per-piece costs vanish.
+PIECE = 1 << 20
 
 
 class Irregular(Exception):
     """A value this decoder does not take exactly; the per-event decoder takes the trace."""
 
 
-def decode(data: bytes, source: str) -> list[tuple[str, pa.RecordBatch]]:
-    """Warehouse batches of a trace, or :class:`Irregular`; computed in full before anything is returned.
+def decode(data: bytes, source: str) -> Iterator[tuple[str, pa.RecordBatch]]:
+    """Warehouse batches of a trace, built as they are taken, or :class:`Irregular`, raised before this returns;
+    the batches can then fail only as the reference path would (:meth:`_Decoder.prepare`).
 
-    Raises :class:`IngestError` for a file that is not a trace, as the reference path would.
+    Anything that is not a well-formed trace (corrupt gzip or JSON, no traceEvents) is
+    :class:`Irregular` too: the reference path then raises the :class:`IngestError` that says
+    what is wrong, as it does for every file it is given.
     """
-    trace, raw_events = common.split(data, source)
-    if not trace:  # the bare array form: msgspec has not checked it yet, and the scan needs valid JSON
-        try:
-            _ARRAY.decode(raw_events)
-        except msgspec.DecodeError:
-            raise Irregular from None
-    buf = np.frombuffer(raw_events, np.uint8)
     try:
-        kinds, values, ends, numbers, stats, stat_numbers, strings = scan.scan(buf)
-    except ValueError:  # a value of a type Kineto does not write
+        trace, scanned = _scan(data)
+    except ValueError:  # a value of a type Kineto does not write, or not a trace
         raise Irregular from None
+    kinds, values, arg_count, args, arena, strings = scanned
     if kinds.shape[1] == 0:
         raise Irregular
-    view = memoryview(raw_events)
+    view = memoryview(arena)
     try:
         texts = [str(view[lo:hi], "utf-8") for lo, hi in strings.tolist()]
     except UnicodeDecodeError:
         raise Irregular from None
-    # Floats the scan left as text: read them now, and the JSON text can go.
-    floats = [_floats(buf, kinds[_F[field]] == scan.K_FLOAT, values[_F[field]], ends[row], numbers[row])
-              for row, field in enumerate(("ts", "dur"))]
-    floats.append(_floats(buf, stats[scan.S_KIND] == scan.V_FLOAT, stats[scan.S_A], stats[scan.S_B], stat_numbers))
-    decoder = _Decoder(trace, (kinds, values, ends[2]), stats, floats, texts)
-    del view, buf, raw_events, kinds, values, ends, numbers, stats, stat_numbers, floats  # the decoder frees them
+    decoder = _Decoder(trace, (kinds, values, arg_count), args, texts)
+    del view, arena, kinds, values, arg_count, args, scanned  # the decoder frees them
     try:
-        return decoder.run()
+        decoder.prepare()
     except OverflowError:  # an integer past int64: the reference path fails or keeps it, as it must
         raise Irregular from None
+    return decoder.batches()
 
 
-def _floats(buf: np.ndarray, where: np.ndarray, lo: np.ndarray, hi: np.ndarray, read: np.ndarray) -> np.ndarray:
-    """The floats where ``where``: those the scan read (``hi`` -1), the others parsed from buf[lo:hi] by Arrow,
-    which rounds correctly as float() does."""
-    out = read.copy()
-    at = np.flatnonzero(where & (hi >= 0))
-    if len(at):
-        offsets, data = scan.gather(buf, lo[at], hi[at])
-        text = pa.LargeStringArray.from_buffers(len(at), pa.py_buffer(offsets), pa.py_buffer(data))
-        out[at] = pc.cast(text, pa.float64()).to_numpy(zero_copy_only=False)
-        if not np.all(np.isfinite(out[at])):  # 1e400: msgspec refuses it, so does the reference path
-            raise Irregular
-    return out
+_WS = b" \t\r\n"
+
+
+def _scan(data: bytes) -> tuple[dict[str, Any], tuple[Any, ...]]:
+    """The trace's top-level fields and its scanned events, the text decompressed and scanned a piece at a time
+    into one buffer, each piece after what the last left incomplete.
+
+    Each piece's events are validated by msgspec, as :func:`common.split` validates the
+    whole text, the fields around traceEvents too; ValueError for anything else.
+    """
+    text = common.text_file(data)
+    buf, n, read = np.empty(PIECE + scan.PAD, np.uint8), 0, -1
+    located = None
+    while located is None:  # the beginning, up to traceEvents' "["
+        buf, read = _read(text, buf, n)
+        n += read
+        located = _locate(buf[:n].tobytes(), final=read == 0)
+    fields, at = located
+    scanner = scan.Scanner(common.text_size(data))
+    while True:
+        buf[:n - at] = buf[at:n]  # what the last piece left: the next one starts with it
+        n -= at
+        if read:
+            buf, read = _read(text, buf, n)
+            n += read
+        buf[n:n + scan.PAD] = 0
+        at, first, last, end = scanner.piece(buf, n)
+        if first >= 0:  # the complete events as a JSON array: "[" over the separator before, "]" after
+            buf[first - 1], kept = ord("["), buf[last]
+            buf[last] = ord("]")
+            _check(buf[first - 1:last + 1])
+            buf[last] = kept
+        if end >= 0:
+            return _top_level(fields, buf[end:n].tobytes() + _read_rest(text)), scanner.result()
+        if not read:
+            raise ValueError("traceEvents does not end")
+
+
+def _read(text: BinaryIO, buf: np.ndarray, n: int) -> tuple[np.ndarray, int]:
+    """Read a piece into buf after its first n bytes (made larger if they fill it): (buf, bytes read).
+
+    The piece is as long as those n bytes if they are longer (an event bigger than a piece, scanned again
+    from its start each time): twice the text each time, so that the scanning stays linear."""
+    size = max(PIECE, n)
+    if n + size + scan.PAD > len(buf):
+        bigger = np.empty(2 * n + size + scan.PAD, np.uint8)
+        bigger[:n] = buf[:n]
+        buf = bigger
+    with _gzip_errors():
+        return buf, text.readinto(memoryview(buf)[n:n + size])
+
+
+def _read_rest(text: BinaryIO) -> bytes:
+    with _gzip_errors():
+        return text.read()
+
+
+@contextmanager
+def _gzip_errors() -> Iterator[None]:
+    """A corrupt or truncated gzip stream as ValueError: the reference path says which."""
+    try:
+        yield
+    except common.GZIP_ERRORS as exc:
+        raise ValueError(f"truncated or corrupt gzip: {exc}") from None
+
+
+def _locate(head: bytes, *, final: bool) -> tuple[dict[str, msgspec.Raw] | None, int] | None:
+    """(fields before traceEvents (None: the bare array form), where its "[" is) in the text's beginning,
+    None if more text is needed to tell."""
+    stripped = head.lstrip(_WS)
+    if stripped[:1] == b"[":
+        return None, len(head) - len(stripped)
+    if stripped[:1] not in (b"{", b""):
+        raise ValueError("not a JSON object")
+    key = head.find(b'"traceEvents"')
+    value = head[key + len(b'"traceEvents"'):].lstrip(_WS) if key >= 0 else b""
+    if value[:1] == b":":
+        value = value[1:].lstrip(_WS)
+    if not value[:1]:
+        if final:
+            raise ValueError("no traceEvents")
+        return None
+    if value[:1] != b"[":
+        raise ValueError("traceEvents is not an array")
+    before = head[:key].rstrip(_WS)
+    if before.lstrip(_WS) == b"{":
+        return {}, len(head) - len(value)
+    if not before.endswith(b","):
+        raise ValueError("traceEvents is not a top-level key")
+    return _check(before[:-1] + b"}", common.TOP_FIELDS), len(head) - len(value)
+
+
+def _top_level(before: dict[str, msgspec.Raw] | None, tail: bytes) -> dict[str, Any]:
+    """The top-level fields (the reference path's ``trace``) from those before traceEvents and the text after it."""
+    if before is None:  # the bare array form: nothing may follow
+        if tail.strip(_WS):
+            raise ValueError("text after the array")
+        return {}
+    after = _check(b'{"traceEvents":[]' + tail, common.TOP_FIELDS)
+    # Keys twice (the last value wins in the reference path's dict): rare enough to leave to it.
+    if b'"traceEvents"' in tail or "traceEvents" in before or any(key in before for key in after):
+        raise ValueError("a repeated top-level key")
+    del after["traceEvents"]
+    return {key: msgspec.json.decode(value) for key, value in itertools.chain(before.items(), after.items())}
+
+
+def _check(text: bytes | np.ndarray, decoder: msgspec.json.Decoder = _RAW) -> Any:
+    """``decoder.decode(text)``: msgspec validates the JSON; ValueError if it is not valid."""
+    try:
+        return decoder.decode(text)
+    except msgspec.DecodeError as exc:
+        raise ValueError(str(exc)) from None
 
 
 def _valid(array: pa.Array) -> np.ndarray:
@@ -91,13 +194,14 @@ def _valid(array: pa.Array) -> np.ndarray:
 
 
 class _Decoder:
-    """One trace's scanned arrays in, its tables out (:meth:`run`)."""
+    """One trace's scanned arrays in (:meth:`prepare`), its tables out (:meth:`batches`)."""
 
-    def __init__(self, trace: dict[str, Any], events: tuple[np.ndarray, np.ndarray, np.ndarray], stats: np.ndarray,
-                 floats: list[np.ndarray], texts: list[str]) -> None:
-        self.trace, self.s = trace, stats
+    def __init__(self, trace: dict[str, Any], events: tuple[np.ndarray, np.ndarray, np.ndarray],
+                 args: list[np.ndarray], texts: list[str]) -> None:
+        self.trace, self.s = trace, args  # self.s[scan.S_*]: a column of the arg rows
         self.kinds, self.values, self.arg_count = events
-        self.ts_floats, self.dur_floats, self.stat_floats = floats
+        self.floats = self.values.view(np.float64)  # the values of float fields: their bits
+        self.stat_floats = args[scan.S_A].view(np.float64)  # likewise
         self.texts = texts
         self.strings = pa.array(texts, pa.string())
         self.dropped: Counter[str] = Counter()
@@ -118,24 +222,15 @@ class _Decoder:
 
     def scaled(self, field: str, factor: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """``round(v * factor)`` of a number field exactly as Python computes it (0 if absent), where set, where < 0."""
-        kind, a = self.kind(field), self.values[_F[field]]
-        ints, floats = kind == scan.K_INT, np.flatnonzero(kind == scan.K_FLOAT)
-        if np.any(np.abs(a[ints]) >= _LIMIT // factor):
+        kind = self.kind(field)
+        out, negative, fits = scan.scaled(kind, self.values[_F[field]], self.floats[_F[field]], factor, _LIMIT)
+        if not fits:
             raise Irregular
-        out = np.where(ints, a * factor, 0)
-        negative = ints & (a < 0)
-        if len(floats):
-            x = (self.ts_floats if field == "ts" else self.dur_floats)[floats]
-            rounded = np.rint(x * factor)  # round half to even, as round() does
-            if np.any(np.abs(rounded) >= _LIMIT):
-                raise Irregular
-            out[floats] = rounded.astype(np.int64)
-            negative[floats] = x < 0
         return out, kind != scan.K_NONE, negative
 
     def python_value(self, row: int) -> Any:
         """The Python value of stat row ``row``, as json.loads gives it."""
-        kind, a = int(self.s[scan.S_KIND, row]), int(self.s[scan.S_A, row])
+        kind, a = int(self.s[scan.S_KIND][row]), int(self.s[scan.S_A][row])
         if kind == scan.V_INT:
             return a
         if kind == scan.V_STR:
@@ -152,7 +247,10 @@ class _Decoder:
             self._parsed[sid] = msgspec.json.decode(self.texts[sid])
         return self._parsed[sid]
 
-    def run(self) -> list[tuple[str, pa.RecordBatch]]:
+    def prepare(self) -> None:
+        """Everything that may still find the trace :class:`Irregular`, then the scan's event arrays are freed:
+        :meth:`batches` builds the rest, failing only where the reference path would fail too (an OverflowError
+        of a value past int64 in a column both take through the same helpers)."""
         ph = self.ids("ph")
         is_meta, is_flow = self.is_in(ph, {"M"}), self.is_in(ph, {"s", "t", "f"})
         is_timed, is_x = self.is_in(ph, {"X", "i", "I"}), self.is_in(ph, {"X"})
@@ -177,20 +275,31 @@ class _Decoder:
             (is_timed & has_ts & is_x & negative, "X events without a numeric, non-negative dur"),
         ])
         self._keep(np.flatnonzero(timed & ~(is_x & negative)), track_of_row, start_ps, np.where(is_x, dur_ps, 0))
-        tables = {"kernels": self._kernels(), "memcpys": self._memcpys(), "api_calls": self._api_calls(),
-                  "counters": self._counters(), "flows": self._flows(np.flatnonzero(flows), track_of_row, start_ps)}
-        promoted = self.correlation_rows[(self.correlation_rows >= 0) & _valid(self.ev_correlation)]
-        phases = ph[self.kept]
-        del ph, is_meta, is_flow, is_timed, is_x, ts_ns, rel_ns, has_ts, dur_ps, negative, timed, track_of_row, start_ps
-        del flows
-        stats = self._stats(phases, promoted)
-        del self.s, self.kinds, self.values  # the scan's arrays: all read by now
-        out = [("events", b) for b in self._events_table().to_batches()]
-        out.append(("event_stats", stats))
-        end_ps = int((self.ev_start + self.ev_dur).max(initial=0))
-        out.extend(common.tail(self.trace, self.layout, tables, start_ns=self.start_ns, end_ps=end_ps,
-                               n_events=len(self.kept), dropped=self.dropped))
-        return out
+        self.tables = {"counters": self._counters()}
+        self.phases = ph[self.kept]
+        self.flow_rows = np.flatnonzero(flows)
+        self.flow_tracks, self.flow_ts = track_of_row[self.flow_rows], start_ps[self.flow_rows]
+        self.end_ps = int((self.ev_start + self.ev_dur).max(initial=0))
+        self.promoted = self.correlation_rows[(self.correlation_rows >= 0) & _valid(self.ev_correlation)]
+
+    def batches(self) -> Iterator[tuple[str, pa.RecordBatch]]:
+        """The tables, events first (the writer encodes them while the GPU tables are built), event_stats in slices
+        that the writer can write (and free) one by one."""
+        yield from (("events", batch) for batch in self._events_table().to_batches())
+        # The last reader of the scan's event arrays, then what else is needed of them: they can go.
+        self.tables["flows"] = self._flows()
+        self.args_first = np.where(self.kind("args")[self.kept] == scan.K_OBJECT, self.values[_F["args"], self.kept], 0)
+        self.args_count = self.arg_count[self.kept]
+        del self.kinds, self.values, self.arg_count, self.floats, self.flow_rows, self.flow_tracks, self.flow_ts
+        # In the order the tail yields them.
+        self.tables = {"kernels": self._kernels(), "memcpys": self._memcpys(), "api_calls": self._api_calls(),
+                       **self.tables}
+        for name in ("ev_device", "ev_track", "ev_start", "ev_dur", "ev_cat", "ev_name", "ev_correlation"):
+            delattr(self, name)
+        yield from (("event_stats", batch) for batch in self._stats())
+        del self.s, self.stat_floats, self.stat_event  # the scan's arg arrays
+        yield from common.tail(self.trace, self.layout, self.tables, start_ns=self.start_ns, end_ps=self.end_ps,
+                               n_events=len(self.kept), dropped=self.dropped)
 
     def _layout(self, is_meta: np.ndarray, on_tracks: np.ndarray, timed: np.ndarray) -> np.ndarray:
         """Devices and tracks (``self.layout``) as the reference path orders them; the track of each event row."""
@@ -214,7 +323,7 @@ class _Decoder:
         self.ev_start, self.ev_dur = start_ps[kept], dur_ps[kept]
         self.ev_cat = self.ids("cat")[kept]
         self.ev_name = _dictionary(self.ids("name")[kept], self.strings)
-        event_of_row = np.full(self.kinds.shape[1], -1, np.int64)
+        event_of_row = np.full(self.kinds.shape[1], -1, np.int32)
         event_of_row[kept] = np.arange(len(kept))
         self.stat_event = event_of_row[self.s[scan.S_OWNER]]  # -1: the arg of an event not kept
         self.correlation_rows = self.arg_rows("correlation", np.arange(len(kept)))
@@ -246,7 +355,7 @@ class _Decoder:
         if self.kind("args")[row] != scan.K_OBJECT:
             return None
         first, count = int(self.values[_F["args"], row]), int(self.arg_count[row])
-        return {self.texts[int(self.s[scan.S_KEY, r])]: self.python_value(r) for r in range(first, first + count)}
+        return {self.texts[int(self.s[scan.S_KEY][r])]: self.python_value(r) for r in range(first, first + count)}
 
     def _count_drops(self, ph: np.ndarray, reasons: list[tuple[np.ndarray, str]]) -> None:
         for mask, reason in reasons:
@@ -260,17 +369,15 @@ class _Decoder:
 
     def arg_rows(self, key: str, index: np.ndarray) -> np.ndarray:
         """Stat row of arg ``key`` of each event id in ``index``, -1 where it has none."""
-        at = np.full(len(self.kept), -1, np.int64)
-        if key in self._key_ids:
-            hits = np.flatnonzero((self.s[scan.S_KEY] == self._key_ids[key]) & (self.stat_event >= 0))
-            at[self.stat_event[hits]] = hits
-        return at[index]
+        if key not in self._key_ids:
+            return np.full(len(index), -1, np.int64)
+        return scan.arg_rows(self.s[scan.S_KEY], self.stat_event, self._key_ids[key], len(self.kept), index)
 
     def stat_column(self, column: int, rows: np.ndarray, default: int) -> np.ndarray:
         """Row ``column`` (scan.S_*) of the stat rows ``rows``, ``default`` for -1."""
-        if self.s.shape[1] == 0:
+        if len(self.s[column]) == 0:
             return np.full(len(rows), default, np.int64)
-        return np.where(rows >= 0, self.s[column, np.maximum(rows, 0)], default)
+        return np.where(rows >= 0, self.s[column][np.maximum(rows, 0)], default).astype(np.int64)
 
     def arg_ints(self, rows: np.ndarray) -> pa.Array:
         """``to_int`` of the arg in each stat row (None for -1) as int64, plain ints in bulk."""
@@ -296,13 +403,15 @@ class _Decoder:
             values[i] = float(self.parsed(int(a[i])))
         return pa.array(values, mask=(kinds != scan.V_INT) & (kinds != scan.V_FLOAT) & (kinds != scan.V_BIGINT))
 
-    def arg_triples(self, rows: np.ndarray) -> list[tuple[int | None, int | None, int | None]]:
-        """``triple`` of the arg in each stat row: lists such as grid [160, 1, 1], each distinct text once."""
+    def arg_triples(self, rows: np.ndarray) -> list[pa.Array]:
+        """``triple`` of the arg in each stat row (lists such as grid [160, 1, 1]) as three int64 columns, each
+        distinct text parsed once; other kinds give no triple."""
         kinds = self.stat_column(scan.S_KIND, rows, scan.V_NULL)
         ids = np.where(kinds == scan.V_JSON, self.stat_column(scan.S_A, rows, 0), -1)
-        triples = {sid: common.triple(self.parsed(sid)) for sid in np.unique(ids[ids >= 0]).tolist()}
-        none = (None, None, None)
-        return [triples.get(sid, none) for sid in ids.tolist()]
+        distinct, inverse = np.unique(ids, return_inverse=True)
+        triples = [common.triple(self.parsed(sid)) if sid >= 0 else (None, None, None) for sid in distinct.tolist()]
+        take = pa.array(inverse.reshape(-1))
+        return [pa.array([t[axis] for t in triples], pa.int64()).take(take) for axis in range(3)]
 
     def _stream(self, index: np.ndarray) -> pa.Array:
         """The args' stream, else the stream of the event's track."""
@@ -319,10 +428,9 @@ class _Decoder:
         index = self._where({"kernel"})
         columns = self._event_columns(index)
         columns["stream_id"] = self._stream(index)
-        for axis in ("grid", "block"):  # a triple is a JSON list: other kinds give no triple
-            triples = self.arg_triples(self.arg_rows(axis, index))
-            for values, suffix in zip(zip(*triples) if triples else [()] * 3, "xyz"):
-                columns[f"{axis}_{suffix}"] = pa.array(values, pa.int64())
+        for axis in ("grid", "block"):
+            for values, suffix in zip(self.arg_triples(self.arg_rows(axis, index)), "xyz"):
+                columns[f"{axis}_{suffix}"] = values
         columns["registers_per_thread"] = self.arg_ints(self.arg_rows("registers per thread", index))
         columns["shared_memory_bytes"] = self.arg_ints(self.arg_rows("shared memory", index))
         columns["occupancy_pct"] = self.arg_floats(self.arg_rows("est. achieved occupancy %", index))
@@ -343,11 +451,16 @@ class _Decoder:
 
     def _memcpys(self) -> pa.RecordBatch:
         index = self._where({"gpu_memcpy", "gpu_memset"})
-        names = self.ev_name.take(pa.array(index)).to_pylist()
-        copy_kinds = [None if r < 0 else self.python_value(r) for r in self.arg_rows("kind", index).tolist()]
-        memset = self.is_in(self.ev_cat[index], {"gpu_memset"}).tolist()
-        kinds = [common.copy_kind(name or "", {} if kind is None else {"kind": kind}, is_memset=is_memset)
-                 for name, kind, is_memset in zip(names, copy_kinds, memset)]
+        # copy_kind of each distinct (name, kind arg, memset): a copy's name and kind repeat, copies do not.
+        rows = self.arg_rows("kind", index)
+        names = self.ev_name.indices.take(pa.array(index)).fill_null(-1).to_numpy()
+        key = np.stack([names, self.stat_column(scan.S_KIND, rows, -1), self.stat_column(scan.S_A, rows, 0),
+                        self.is_in(self.ev_cat[index], {"gpu_memset"})], axis=1)
+        distinct, first, inverse = np.unique(key, axis=0, return_index=True, return_inverse=True)
+        kinds = [common.copy_kind(self.ev_name.dictionary[name].as_py() if name >= 0 else "",
+                                  {} if rows[i] < 0 else {"kind": self.python_value(int(rows[i]))}, is_memset=bool(memset))
+                 for (name, _, _, memset), i in zip(distinct.tolist(), first.tolist())]
+        kinds = [kinds[i] for i in inverse.reshape(-1).tolist()]
         columns = self._event_columns(index)
         del columns["name"]
         columns["stream_id"] = self._stream(index)
@@ -378,28 +491,39 @@ class _Decoder:
             n_range += 1
         return common.batch("counters", rows)
 
-    def _flows(self, flows: np.ndarray, track_of_row: np.ndarray, start_ps: np.ndarray) -> pa.RecordBatch:
+    def _flows(self) -> pa.RecordBatch:
         def strings(field: str) -> pa.Array:
-            ids = self.ids(field)[flows]
+            ids = self.ids(field)[self.flow_rows]
             return self.strings.take(pa.array(ids, mask=ids < 0))
 
         return _record_batch("flows", {
-            "flow_id": pa.array(self.values[_F["id"], flows]), "category": strings("cat"), "phase": strings("ph"),
-            "track_id": pa.array(track_of_row[flows]), "ts_ps": pa.array(start_ps[flows]), "binding_point": strings("bp"),
+            "flow_id": pa.array(self.values[_F["id"], self.flow_rows]), "category": strings("cat"),
+            "phase": strings("ph"), "track_id": pa.array(self.flow_tracks), "ts_ps": pa.array(self.flow_ts),
+            "binding_point": strings("bp"),
         })
 
-    def _stats(self, phases: np.ndarray, promoted: np.ndarray) -> pa.RecordBatch:
-        """event_stats: every arg of every event in file order, then ``ph`` of non-X events, less promoted correlations."""
+    def _stats(self) -> Iterator[pa.RecordBatch]:
+        """event_stats: every arg of every event in file order, then ``ph`` of non-X events, less promoted
+        correlations; in slices of about a row group, so that no column is ever whole."""
         keep = self.stat_event >= 0
-        keep[promoted] = False
-        args = self.kept
+        keep[self.promoted] = False
+        instant = ~self.is_in(self.phases, {"X"})
+        ends = np.cumsum(np.bincount(self.stat_event[keep], minlength=len(self.kept)) + instant)
+        cuts = np.searchsorted(ends, np.arange(ROW_GROUP_ROWS, ends[-1] if len(ends) else 0, ROW_GROUP_ROWS), "right")
+        bounds = np.unique(np.concatenate([[0], cuts, [len(self.kept)]])).tolist()
+        for lo, hi in itertools.pairwise(bounds) if len(bounds) > 1 else [(0, 0)]:
+            yield self._stat_slice(lo, hi, keep, instant)
+
+    def _stat_slice(self, lo: int, hi: int, keep: np.ndarray, instant: np.ndarray) -> pa.RecordBatch:
+        """event_stats rows of the kept events ``lo`` .. ``hi``."""
         owner, key, value_type, ints, doubles, string, source = scan.stat_rows(
-            np.where(self.kind("args")[args] == scan.K_OBJECT, self.values[_F["args"], args], 0), self.arg_count[args],
-            ~self.is_in(phases, {"X"}), phases, self.s, keep, self.stat_floats)
+            self.args_first[lo:hi], self.args_count[lo:hi], instant[lo:hi], self.phases[lo:hi], self.s[scan.S_KEY],
+            self.s[scan.S_KIND], self.s[scan.S_A], self.stat_floats, keep)
+        owner += lo
         # Nulls, huge ints, lists and objects: stat_row types each distinct text once.
         odd = np.flatnonzero(value_type == scan.T_ODD)
         rows = source[odd]
-        texts_of = np.where(self.s[scan.S_KIND, rows] == scan.V_NULL, -1, self.s[scan.S_A, rows])
+        texts_of = np.where(self.s[scan.S_KIND][rows] == scan.V_NULL, -1, self.s[scan.S_A][rows])
         distinct, inverse = np.unique(texts_of, return_inverse=True)
         typed = [common.stat_row((), "", None if sid < 0 else self.parsed(sid)) for sid in distinct.tolist()]
         value_type[odd] = np.array([_KINDS.index(row[1]) for row in typed], np.int8)[inverse]

@@ -1,33 +1,44 @@
-"""The compiled scan of a Kineto ``traceEvents`` array: JSON bytes in, integer arrays out.
+"""The compiled scan of a Kineto ``traceEvents`` array: JSON text in pieces in, integer arrays out.
 
-One pass over the bytes fills two tables, each stored a column per array row so
-that a field's values lie together: one entry per event (each field's kind and
-value) and one per arg (``S_*`` rows). Every string is interned on its bytes: a
-field holds the id of its string, and ``strings`` holds each distinct string's
-byte range, in order of first appearance. Floats are kept as their text range,
-so that Arrow parses them as exactly as Python does; huge ints, lists and objects
-as the id of their text, which Python parses once per distinct text.
+The text comes a piece at a time (a gzip stream is never decompressed whole); each
+call of :meth:`Scanner.piece` takes the complete events of a piece and tells where
+the first incomplete one starts, which the next piece begins with. Two tables are
+filled, each stored a column per array row so that a field's values lie together:
+one entry per event (each field's kind and value) and one per arg (``S_*`` rows).
+Every string is interned on its bytes, copied once into an arena: a field holds the
+id of its string, ``strings`` each distinct string's range in the arena, in order of
+first appearance. Floats are read exactly where Clinger's fast path allows and
+otherwise parsed from their text by Arrow while the piece is there; huge ints,
+lists and objects are kept as the id of their text, which Python parses once per
+distinct text.
 
-Speed: about 150 MB of JSON a second on one core. msgspec alone decodes into
-Python objects faster, but then every field and every arg still needs a Python
-pass (seconds for a million events); here the columns come out ready.
+The scan never reads past a piece (its end is checked wherever a value or a
+string may run into it), but it does not validate JSON: the caller validates each
+piece's events with msgspec. It raises ValueError at anything the columnar
+decoder does not take: an entry that is not an object, a field of an unexpected
+type, a repeated key, a string with escapes, a separator that is not JSON's.
 
-The JSON is valid (msgspec has checked it); the scan raises ValueError at
-anything the columnar decoder does not take: an entry that is not an object, a
-field of an unexpected type, a repeated key, a string with escapes.
+Speed: the hot loop keeps its arrays fixed (growing them is the caller's, between
+calls) and uses them without reference counts (:func:`_borrowed`), its helpers inlined:
+numba otherwise counts a reference, an atomic operation or at least a call, for every
+array handed to a helper, millions of times.
 """
 
 from __future__ import annotations
 
 import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
 from numba import njit
+from numba.core import cgutils
+from numba.extending import intrinsic
 
-# Event fields and the kinds of their values: absent or null, int (the value), float (text start; the end in
-# ``ends``), str (its id), object (args: the first arg row; the count in ``ends``).
+# Event fields and the kinds of their values: absent or null, int (the value), float (the value's bits: read
+# ``values`` as float64), str (its id), object (args: the first arg row; the count in ``arg_count``).
 FIELDS = ("ph", "cat", "name", "pid", "tid", "ts", "dur", "args", "id", "bp")
 N_FIELDS = len(FIELDS)
-# Arg value kinds; ints hold their value, floats a text range, strings, huge ints, lists and objects the id
-# of their (string or JSON) text.
+# Arg value kinds; ints hold their value, floats its bits (read as float64), strings, huge ints, lists and
+# objects the id of their (string or JSON) text.
 V_NULL, V_TRUE, V_FALSE, V_INT, V_FLOAT, V_STR, V_JSON, V_BIGINT = range(8)
 K_NONE, K_INT, K_FLOAT, K_STR, K_OBJECT = range(5)
 # Which kinds each field may have (bit per kind); anything else is irregular.
@@ -44,14 +55,42 @@ _ALLOWED = np.array([
     1 << K_NONE | 1 << K_STR,  # bp
 ], np.int64)
 ARGS = FIELDS.index("args")
-# Row in ``ends`` of the fields with a second value: the text end of a float ts or dur, the arg count.
-_END_ROW = np.array([{"ts": 0, "dur": 1, "args": 2}.get(f, -1) for f in FIELDS], np.int64)
-S_OWNER, S_KEY, S_KIND, S_A, S_B = range(5)
-S_WIDTH = 5
+# The arg rows' columns (Scanner.args): the event row, the key's string id, the kind (V_*), the value.
+S_OWNER, S_KEY, S_KIND, S_A = range(4)
+S_TYPES = (np.int32, np.int32, np.int8, np.int64)
 _INT64_CUT = np.int64(922337203685477580)  # (2**63 - 1) // 10
 _MANTISSA_CUT = np.int64(10**17)  # more float digits than this cannot be exact anyway
 _MAX_EXACT = np.int64(2**53)
 _POW10 = np.array([10.0**k for k in range(23)])  # each exact in a double
+PAD = 16  # zero bytes after a piece's text: the furthest a check-free read goes past its end
+
+# What a call of _scan ended with: the piece's last complete event, the array's end, an array full (which one).
+MORE, END, ROOM_EVENTS, ROOM_STATS, ROOM_STRINGS, ROOM_FIXES = range(6)
+_OK, _INCOMPLETE = -1, -2  # of one event or args object (else a ROOM_* code)
+# Slots of ``counts``: the fill of each array (kept across calls), then where the call ended.
+C_EVENTS, C_STATS, C_STRINGS, C_ARENA, C_FIXES, C_RESUME, C_AFTER, C_FIRST, C_LAST, C_END = range(10)
+# Floats left to Arrow (``fixes`` rows): where the value goes (a field of FIELDS, -1: an arg), its index, its text.
+F_TARGET, F_INDEX, F_LO, F_HI = range(4)
+
+
+@intrinsic
+def _borrowed(typingctx, array):
+    """``array`` without its reference count (a null meminfo), for the time of a call that holds the array.
+
+    Numba counts a reference (an atomic increment and decrement) for every array passed to a
+    function; the scan's helpers take several, millions of times: that was a third of its time.
+    """
+
+    def codegen(context, builder, signature, args):
+        source = context.make_array(array)(context, builder, value=args[0])
+        view = context.make_array(array)(context, builder)
+        for field in ("nitems", "itemsize", "data", "shape", "strides"):
+            setattr(view, field, getattr(source, field))
+        view.meminfo = cgutils.get_null_value(view.meminfo.type)
+        view.parent = cgutils.get_null_value(view.parent.type)
+        return view._getvalue()
+
+    return array(array), codegen
 
 
 @njit(cache=True, inline="always")
@@ -62,31 +101,35 @@ def _ws(buf, pos):
 
 
 @njit(cache=True, inline="always")
-def _string_end(buf, pos):
-    """Position of the closing quote of the string whose content starts at ``pos``, and whether it has escapes."""
+def _string_end(buf, n, pos):
+    """Position of the closing quote of the string whose content starts at ``pos`` (>= n: not in the piece),
+    and whether it has escapes."""
     escaped = False
-    while buf[pos] != 34:
-        if buf[pos] == 92:
+    while pos < n:
+        c = buf[pos]
+        if c == 34:
+            return pos, escaped
+        if c == 92:
             escaped = True
             pos += 2
         else:
             pos += 1
-    return pos, escaped
+    return n, escaped
 
 
 @njit(cache=True, inline="always")
-def _skip(buf, pos):
-    """Position after the JSON value at ``pos``."""
+def _skip(buf, n, pos):
+    """Position after the JSON value at ``pos`` (>= n: it does not end in the piece)."""
     c = buf[pos]
     if c == 34:
-        end, _ = _string_end(buf, pos + 1)
+        end, _ = _string_end(buf, n, pos + 1)
         return end + 1
     if c == 91 or c == 123:
         depth = 0
-        while True:
+        while pos < n:
             c = buf[pos]
             if c == 34:
-                end, _ = _string_end(buf, pos + 1)
+                end, _ = _string_end(buf, n, pos + 1)
                 pos = end + 1
                 continue
             if c == 91 or c == 123:
@@ -96,7 +139,8 @@ def _skip(buf, pos):
                 if depth == 0:
                     return pos + 1
             pos += 1
-    while pos < len(buf):  # numbers, true, false, null: up to the next delimiter
+        return n
+    while pos < n:  # numbers, true, false, null: up to the next delimiter
         c = buf[pos]
         if c == 44 or c == 93 or c == 125 or c == 32 or c == 10 or c == 13 or c == 9:
             break
@@ -110,7 +154,7 @@ def _number(buf, pos):
 
     A float is read exactly when its digits fit in 53 bits and its power of ten is at most 22
     (Clinger's fast path: one correctly rounded multiplication or division, as float() rounds);
-    other floats are left to Arrow's parser.
+    other floats are left to Arrow's parser. The piece's zero padding ends any number.
     """
     negative = buf[pos] == 45
     if negative:
@@ -166,23 +210,39 @@ def _number(buf, pos):
 
 
 @njit(cache=True, inline="always")
-def _hash(buf, lo, hi):
-    """FNV-1a over the length, the first and the last 16 bytes: long kernel names share prefixes, not both ends."""
-    h = (np.uint64(14695981039346656037) ^ np.uint64(hi - lo)) * np.uint64(1099511628211)
-    head = min(hi, lo + 16)
-    for i in range(lo, head):
-        h = (h ^ np.uint64(buf[i])) * np.uint64(1099511628211)
-    for i in range(max(head, hi - 16), hi):
-        h = (h ^ np.uint64(buf[i])) * np.uint64(1099511628211)
-    return h
+def _word(buf, at):
+    """The 8 bytes at ``at`` as one number (little-endian)."""
+    w = np.uint64(0)
+    for i in range(8):
+        w |= np.uint64(buf[at + i]) << np.uint64(8 * i)
+    return w
 
 
 @njit(cache=True, inline="always")
-def _intern(buf, lo, hi, table, strings, n):
-    """(id of the string buf[lo:hi], n): new ids in order of appearance. The caller keeps room (_room)."""
+def _hash(buf, lo, hi):
+    """A hash of buf[lo:hi] from its length and its first and last 16 bytes (long kernel names share prefixes,
+    not both ends), a word at a time: independent multiplications, not a chain of one per byte."""
+    n = hi - lo
+    h = np.uint64(n) * np.uint64(0x9E3779B97F4A7C15)
+    if n >= 8:
+        h ^= _word(buf, lo) * np.uint64(0xC2B2AE3D27D4EB4F)
+        h ^= _word(buf, hi - 8) * np.uint64(0x165667B19E3779F9)
+        if n > 16:
+            h ^= _word(buf, lo + 8) * np.uint64(0x27D4EB2F165667C5)
+            h ^= _word(buf, hi - 16) * np.uint64(0x94D049BB133111EB)
+    else:
+        for i in range(lo, hi):
+            h = (h ^ np.uint64(buf[i])) * np.uint64(0x100000001B3)
+    return (h ^ (h >> np.uint64(29))) * np.uint64(0xBF58476D1CE4E5B9)
+
+
+@njit(cache=True, inline="always")
+def _intern(buf, lo, hi, arena, strings, table, counts):
+    """Id of the string buf[lo:hi] (new ids in order of appearance, the bytes copied into the arena); -1 if the
+    arena, ``strings`` or the table (kept at most half full) has no room for a new one."""
+    length = hi - lo
     mask = np.uint64(len(table) - 1)
     slot = _hash(buf, lo, hi) & mask
-    length = hi - lo
     while True:
         sid = table[slot]
         if sid < 0:
@@ -190,37 +250,33 @@ def _intern(buf, lo, hi, table, strings, n):
         s_lo = strings[sid, 0]
         if strings[sid, 1] - s_lo == length:
             i = 0
-            while i < length and buf[s_lo + i] == buf[lo + i]:
+            while i < length and arena[s_lo + i] == buf[lo + i]:
                 i += 1
             if i == length:
-                return sid, n
+                return sid
         slot = (slot + np.uint64(1)) & mask
-    strings[n, 0], strings[n, 1] = lo, hi
+    n, used = counts[C_STRINGS], counts[C_ARENA]
+    if n >= len(strings) or used + length > len(arena) or 2 * (n + 1) > len(table):
+        return -1
+    for i in range(length):
+        arena[used + i] = buf[lo + i]
+    strings[n, 0], strings[n, 1] = used, used + length
     table[slot] = n
-    return n, n + 1
+    counts[C_STRINGS], counts[C_ARENA] = n + 1, used + length
+    return n
 
 
 @njit(cache=True)
-def _room(buf, table, strings, n, more):
-    """Table and strings with room for ``more`` new strings (the table at most half full)."""
-    if n + more > len(strings):
-        strings = _grow(strings)
-    if 2 * (n + more) > len(table):
-        table = np.full(2 * len(table), -1, np.int64)
-        mask = np.uint64(len(table) - 1)
-        for sid in range(n):
-            slot = _hash(buf, strings[sid, 0], strings[sid, 1]) & mask
-            while table[slot] >= 0:
-                slot = (slot + np.uint64(1)) & mask
-            table[slot] = sid
-    return table, strings
-
-
-@njit(cache=True)
-def _grow(rows):
-    bigger = np.empty((2 * len(rows), rows.shape[1]), rows.dtype)
-    bigger[: len(rows)] = rows
-    return bigger
+def _table(arena, strings, n, size):
+    """A hash table of size ``size`` holding the strings 0 .. n-1."""
+    table = np.full(size, -1, np.int64)
+    mask = np.uint64(size - 1)
+    for sid in range(n):
+        slot = _hash(arena, strings[sid, 0], strings[sid, 1]) & mask
+        while table[slot] >= 0:
+            slot = (slot + np.uint64(1)) & mask
+        table[slot] = sid
+    return table
 
 
 @njit(cache=True, inline="always")
@@ -261,169 +317,86 @@ def _field(buf, lo, hi):
     return -1
 
 
-def scan(buf: np.ndarray) -> tuple:
-    """Scan the traceEvents array ``buf``: (kinds, values, ends, numbers, stats, stat_numbers, strings).
-
-    ``kinds`` and ``values`` have a row per field (FIELDS), ``ends`` the text ends of ts
-    and dur floats (-1: read into ``numbers``) and the arg count (END_ROW); a column per
-    event. Float args are read into ``stat_numbers`` (their S_B -1) when exact, else left
-    as text. ``strings`` holds the byte range of each string id. Raises ValueError at
-    anything irregular.
-    """
-    # Room for as many events as there are "{" and args as ":" (counted in one quick pass): zeroed
-    # pages cost no memory until written, and nothing is copied to grow.
-    n_objects, n_colons = _bounds(buf)
-    kinds = np.zeros((N_FIELDS, n_objects), np.int8)
-    values = np.zeros((N_FIELDS, n_objects), np.int64)
-    ends = np.zeros((3, n_objects), np.int64)
-    numbers = np.zeros((2, n_objects))
-    stats = np.zeros((S_WIDTH, n_colons), np.int64)
-    stat_numbers = np.zeros(n_colons)
-    n_events, n_stats, strings, n_strings = _scan(buf, kinds, values, ends, numbers, stats, stat_numbers)
-    return (kinds[:, :n_events], values[:, :n_events], ends[:, :n_events], numbers[:, :n_events],
-            stats[:, :n_stats], stat_numbers[:n_stats], strings[:n_strings])
+@njit(cache=True, inline="always")
+def _colon(buf, n, key_end):
+    """Position of the value after the key ending at ``key_end`` (>= n: not in the piece)."""
+    pos = _ws(buf, key_end + 1)
+    if pos >= n:
+        return n
+    if buf[pos] != 58:
+        raise ValueError("expected a colon")
+    return _ws(buf, pos + 1)
 
 
-@njit(cache=True)
-def _bounds(buf):
-    """Counts of "{" and ":" bytes: at least the events and the args."""
-    braces = colons = 0
-    for c in buf:
-        braces += c == 123
-        colons += c == 58
-    return braces, colons
-
-
-@njit(cache=True)
-def _scan(buf, kinds, values, ends, numbers, stats, stat_numbers):
-    """Fill the arrays of :func:`scan`: (n_events, n_stats, strings, n_strings)."""
-    pos = 0
-    strings = np.zeros((1024, 2), np.int64)
-    table = np.full(2048, -1, np.int64)
-    n_events = n_stats = n_strings = 0
+@njit(cache=True, inline="always")
+def _next(buf, n, pos):
+    """Position after the comma that follows a member, or at the closing brace (>= n: not in the piece)."""
     pos = _ws(buf, pos)
-    if buf[pos] != 91:
-        raise ValueError("traceEvents is not an array")
-    pos = _ws(buf, pos + 1)
-    if buf[pos] == 93:
-        return 0, 0, strings, 0
-    while True:
-        if buf[pos] != 123:
-            raise ValueError("an entry is not an object")
-        row = n_events
-        if 2 * (n_strings + 8) > len(table) or n_strings + 8 > len(strings):
-            table, strings = _room(buf, table, strings, n_strings, 8)
-        seen = 0
-        pos = _ws(buf, pos + 1)
-        while buf[pos] != 125:
-            key_end, escaped = _string_end(buf, pos + 1)
-            if escaped:
-                raise ValueError("escaped key")
-            f = _field(buf, pos + 1, key_end)
-            pos = _ws(buf, _ws(buf, key_end + 1) + 1)  # past the colon
-            if f < 0:
-                pos = _skip(buf, pos)
-            else:
-                if seen & (1 << f):  # a repeated field: the last would win
-                    raise ValueError("repeated field")
-                seen |= 1 << f
-                c = buf[pos]
-                kind, a, b = K_NONE, np.int64(0), np.int64(0)
-                if c == 34:
-                    end, escaped = _string_end(buf, pos + 1)
-                    if escaped:
-                        raise ValueError("escaped string")
-                    kind = K_STR
-                    a, n_strings = _intern(buf, pos + 1, end, table, strings, n_strings)
-                    pos = end + 1
-                elif c == 45 or 48 <= c <= 57:
-                    fits, value, is_int, end, x, exact = _number(buf, pos)
-                    if is_int and not fits:
-                        raise ValueError("integer past int64")
-                    kind, a, b = (K_INT, value, np.int64(0)) if is_int else (K_FLOAT, pos, end)
-                    if exact and _END_ROW[f] >= 0 and _END_ROW[f] < 2:  # ts, dur: read now, no text range
-                        numbers[_END_ROW[f], row] = x
-                        b = -1
-                    pos = end
-                elif c == 110:  # null
-                    pos += 4
-                elif c == 123 and f == ARGS:
-                    kind = K_OBJECT
-                    a = n_stats
-                    end, n_stats = _args(buf, pos, stats, stat_numbers, n_stats)
-                    if end < 0:
-                        raise ValueError("irregular args")
-                    pos = end
-                    b = n_stats - a
-                    table, strings = _room(buf, table, strings, n_strings, 2 * b)
-                    for s in range(a, n_stats):  # keys and texts: interned
-                        k = stats[S_KIND, s]
-                        if k == V_STR or k == V_JSON or k == V_BIGINT:
-                            stats[S_A, s], n_strings = _intern(buf, stats[S_A, s], stats[S_B, s], table, strings, n_strings)
-                        stats[S_KEY, s], n_strings = _intern(buf, stats[S_KEY, s], stats[S_OWNER, s], table, strings, n_strings)
-                        stats[S_OWNER, s] = row
-                else:
-                    raise ValueError("unexpected value")
-                if not (_ALLOWED[f] >> kind) & 1:
-                    raise ValueError("unexpected type")
-                kinds[f, row] = kind
-                values[f, row] = a
-                if _END_ROW[f] >= 0:
-                    ends[_END_ROW[f], row] = b
-            pos = _ws(buf, pos)
-            if buf[pos] == 44:
-                pos = _ws(buf, pos + 1)
-        if not seen & 1:
-            raise ValueError("no ph")
-        n_events += 1
-        pos = _ws(buf, pos + 1)
-        if buf[pos] == 93:
-            return n_events, n_stats, strings, n_strings
-        pos = _ws(buf, pos + 1)  # past the comma
+    if pos >= n:
+        return n
+    c = buf[pos]
+    if c == 44:
+        return _ws(buf, pos + 1)
+    if c != 125:
+        raise ValueError("expected a comma or a closing brace")
+    return pos
 
 
-@njit(cache=True)
-def _args(buf, pos, stats, stat_numbers, n_stats):
-    """Rows of the args object at ``pos``: (position after it, n_stats); position -1 if irregular.
-
-    While scanning, a row's S_KEY and S_OWNER hold the key's byte range; ``scan`` interns it.
-    """
+@njit(cache=True, inline="always")
+def _args(buf, n, pos, row, s_owner, s_key, s_kind, s_a, s_float, fixes, n_stats, n_fixes, arena, strings, table,
+          counts):
+    """Rows of the args object at ``pos``: (_OK, position after it, n_stats, n_fixes), or (_INCOMPLETE | ROOM_*, ...)."""
     first = n_stats
     pos = _ws(buf, pos + 1)
-    while buf[pos] != 125:
-        key_end, escaped = _string_end(buf, pos + 1)
+    while True:
+        if pos >= n:
+            return _INCOMPLETE, pos, n_stats, n_fixes
+        if buf[pos] == 125:
+            return _OK, pos + 1, n_stats, n_fixes
+        if buf[pos] != 34:
+            raise ValueError("expected a key")
+        key_end, escaped = _string_end(buf, n, pos + 1)
+        if key_end >= n:
+            return _INCOMPLETE, pos, n_stats, n_fixes
         if escaped:
-            return -1, first
+            raise ValueError("escaped key")
+        if n_stats >= len(s_a):
+            return ROOM_STATS, pos, n_stats, n_fixes
+        key = _intern(buf, pos + 1, key_end, arena, strings, table, counts)
+        if key < 0:
+            return ROOM_STRINGS, pos, n_stats, n_fixes
         for s in range(first, n_stats):  # a repeated key: the dict would keep the last value
-            lo = stats[S_KEY, s]
-            if stats[S_OWNER, s] - lo == key_end - pos - 1:
-                same = True
-                for i in range(key_end - pos - 1):
-                    if buf[lo + i] != buf[pos + 1 + i]:
-                        same = False
-                        break
-                if same:
-                    return -1, first
-        stats[S_KEY, n_stats] = pos + 1
-        stats[S_OWNER, n_stats] = key_end
-        pos = _ws(buf, _ws(buf, key_end + 1) + 1)
+            if s_key[s] == key:
+                raise ValueError("repeated arg")
+        pos = _colon(buf, n, key_end)
+        if pos >= n:
+            return _INCOMPLETE, pos, n_stats, n_fixes
         c = buf[pos]
-        kind, a, b = V_NULL, np.int64(0), np.int64(0)
+        kind, a, x, exact = V_NULL, np.int64(0), 0.0, False
         if c == 34:
-            end, escaped = _string_end(buf, pos + 1)
+            end, escaped = _string_end(buf, n, pos + 1)
+            if end >= n:
+                return _INCOMPLETE, pos, n_stats, n_fixes
             if escaped:
-                return -1, first
-            kind, a, b = V_STR, pos + 1, end
+                raise ValueError("escaped string")
+            kind, a = V_STR, _intern(buf, pos + 1, end, arena, strings, table, counts)
             pos = end + 1
         elif c == 45 or 48 <= c <= 57:
             fits, value, is_int, end, x, exact = _number(buf, pos)
+            if end >= n:
+                return _INCOMPLETE, pos, n_stats, n_fixes
             if is_int and fits:
                 kind, a = V_INT, value
+            elif is_int:
+                kind, a = V_BIGINT, _intern(buf, pos, end, arena, strings, table, counts)
             else:
-                kind, a, b = (V_BIGINT if is_int else V_FLOAT), pos, end
-                if exact:
-                    stat_numbers[n_stats] = x
-                    b = -1
+                kind = V_FLOAT
+                if not exact:
+                    if n_fixes >= fixes.shape[1]:
+                        return ROOM_FIXES, pos, n_stats, n_fixes
+                    fixes[F_TARGET, n_fixes], fixes[F_INDEX, n_fixes] = -1, n_stats
+                    fixes[F_LO, n_fixes], fixes[F_HI, n_fixes] = pos, end
+                    n_fixes += 1
             pos = end
         elif c == 116:
             kind = V_TRUE
@@ -434,17 +407,264 @@ def _args(buf, pos, stats, stat_numbers, n_stats):
         elif c == 110:
             pos += 4
         else:
-            end = _skip(buf, pos)
-            kind, a, b = V_JSON, pos, end
+            end = _skip(buf, n, pos)
+            if end >= n:
+                return _INCOMPLETE, pos, n_stats, n_fixes
+            kind, a = V_JSON, _intern(buf, pos, end, arena, strings, table, counts)
             pos = end
-        stats[S_KIND, n_stats] = kind
-        stats[S_A, n_stats] = a
-        stats[S_B, n_stats] = b
+        if a < 0 and (kind == V_STR or kind == V_JSON or kind == V_BIGINT):
+            return ROOM_STRINGS, pos, n_stats, n_fixes
+        s_owner[n_stats], s_key[n_stats], s_kind[n_stats], s_a[n_stats] = row, key, kind, a
+        if kind == V_FLOAT and exact:
+            s_float[n_stats] = x
         n_stats += 1
+        pos = _next(buf, n, pos)
+
+
+@njit(cache=True, inline="always")
+def _event(buf, n, pos, row, kinds, values, floats, arg_count, s_owner, s_key, s_kind, s_a, s_float, fixes, n_stats,
+           n_fixes, arena, strings, table, counts):
+    """The event object at ``pos`` into row ``row``: (_OK, position after it, n_stats, n_fixes), or
+    (_INCOMPLETE | ROOM_*, ...)."""
+    for f in range(N_FIELDS):
+        kinds[f, row] = K_NONE
+        values[f, row] = 0
+    arg_count[row] = 0
+    seen = 0
+    pos = _ws(buf, pos + 1)
+    while True:
+        if pos >= n:
+            return _INCOMPLETE, pos, n_stats, n_fixes
+        if buf[pos] == 125:
+            break
+        if buf[pos] != 34:
+            raise ValueError("expected a key")
+        key_end, escaped = _string_end(buf, n, pos + 1)
+        if key_end >= n:
+            return _INCOMPLETE, pos, n_stats, n_fixes
+        if escaped:
+            raise ValueError("escaped key")
+        f = _field(buf, pos + 1, key_end)
+        pos = _colon(buf, n, key_end)
+        if pos >= n:
+            return _INCOMPLETE, pos, n_stats, n_fixes
+        if f < 0:
+            pos = _skip(buf, n, pos)
+            if pos >= n:
+                return _INCOMPLETE, pos, n_stats, n_fixes
+        else:
+            if seen & (1 << f):  # a repeated field: the last would win
+                raise ValueError("repeated field")
+            seen |= 1 << f
+            c = buf[pos]
+            kind, a, x, exact = K_NONE, np.int64(0), 0.0, False
+            if c == 34:
+                end, escaped = _string_end(buf, n, pos + 1)
+                if end >= n:
+                    return _INCOMPLETE, pos, n_stats, n_fixes
+                if escaped:
+                    raise ValueError("escaped string")
+                kind, a = K_STR, _intern(buf, pos + 1, end, arena, strings, table, counts)
+                if a < 0:
+                    return ROOM_STRINGS, pos, n_stats, n_fixes
+                pos = end + 1
+            elif c == 45 or 48 <= c <= 57:
+                fits, value, is_int, end, x, exact = _number(buf, pos)
+                if end >= n:
+                    return _INCOMPLETE, pos, n_stats, n_fixes
+                if is_int:
+                    if not fits:
+                        raise ValueError("integer past int64")
+                    kind, a = K_INT, value
+                else:
+                    kind = K_FLOAT
+                    if not exact:
+                        if n_fixes >= fixes.shape[1]:
+                            return ROOM_FIXES, pos, n_stats, n_fixes
+                        fixes[F_TARGET, n_fixes], fixes[F_INDEX, n_fixes] = f, row
+                        fixes[F_LO, n_fixes], fixes[F_HI, n_fixes] = pos, end
+                        n_fixes += 1
+                pos = end
+            elif c == 110:  # null
+                pos += 4
+            elif c == 123 and f == ARGS:
+                status, pos, last, n_fixes = _args(buf, n, pos, row, s_owner, s_key, s_kind, s_a, s_float, fixes,
+                                                   n_stats, n_fixes, arena, strings, table, counts)
+                if status != _OK:
+                    return status, pos, n_stats, n_fixes
+                kind, a = K_OBJECT, n_stats
+                arg_count[row] = last - n_stats
+                n_stats = last
+            else:
+                raise ValueError("unexpected value")
+            if not (_ALLOWED[f] >> kind) & 1:
+                raise ValueError("unexpected type")
+            kinds[f, row] = kind
+            values[f, row] = a
+            if kind == K_FLOAT and exact:
+                floats[f, row] = x  # over the value's bits
+        pos = _next(buf, n, pos)
+    if not seen & 1:
+        raise ValueError("no ph")
+    return _OK, pos + 1, n_stats, n_fixes
+
+
+@njit(cache=True, nogil=True)
+def _scan(buf, n, pos, after, kinds, values, floats, arg_count, s_owner, s_key, s_kind, s_a, s_float, fixes, arena,
+          strings, table, counts):
+    """Scan the events of buf[:n] from ``pos``: after an event (``after``) or at the array's "[".
+
+    Returns a status (MORE, END, ROOM_*); ``counts`` holds the fill of each array and where to
+    resume (C_RESUME, C_AFTER), the first and the end of the complete events (C_FIRST, C_LAST;
+    -1: none) and, at END, the position after the array (C_END).
+    """
+    buf, kinds, values, floats, arg_count = _borrowed(buf), _borrowed(kinds), _borrowed(values), _borrowed(floats), \
+        _borrowed(arg_count)
+    s_owner, s_key, s_kind, s_a, s_float = _borrowed(s_owner), _borrowed(s_key), _borrowed(s_kind), _borrowed(s_a), \
+        _borrowed(s_float)
+    fixes = _borrowed(fixes)
+    arena, strings, table, counts = _borrowed(arena), _borrowed(strings), _borrowed(table), _borrowed(counts)
+    n_events, n_stats, n_fixes = counts[C_EVENTS], counts[C_STATS], counts[C_FIXES]
+    counts[C_FIRST] = counts[C_LAST] = -1
+    status = MORE
+    while True:
+        counts[C_EVENTS], counts[C_STATS], counts[C_FIXES] = n_events, n_stats, n_fixes
+        counts[C_RESUME], counts[C_AFTER] = pos, after
         pos = _ws(buf, pos)
-        if buf[pos] == 44:
-            pos = _ws(buf, pos + 1)
-    return pos + 1, n_stats
+        if pos >= n:
+            break
+        if after:
+            if buf[pos] == 93:
+                counts[C_END] = pos + 1
+                status = END
+                break
+            if buf[pos] != 44:
+                raise ValueError("expected a comma or the end of traceEvents")
+        elif buf[pos] != 91:
+            raise ValueError("traceEvents is not an array")
+        pos = _ws(buf, pos + 1)
+        if pos >= n:
+            break
+        if not after and buf[pos] == 93:  # []
+            counts[C_END] = pos + 1
+            status = END
+            break
+        if buf[pos] != 123:
+            raise ValueError("an entry is not an object")
+        if n_events >= kinds.shape[1]:
+            status = ROOM_EVENTS
+            break
+        start = pos
+        result, pos, n_stats_after, n_fixes_after = _event(
+            buf, n, pos, n_events, kinds, values, floats, arg_count, s_owner, s_key, s_kind, s_a, s_float, fixes,
+            n_stats, n_fixes, arena, strings, table, counts)
+        if result != _OK:
+            if result != _INCOMPLETE:
+                status = result
+            break
+        n_events, n_stats, n_fixes, after = n_events + 1, n_stats_after, n_fixes_after, True
+        if counts[C_FIRST] < 0:
+            counts[C_FIRST] = start
+        counts[C_LAST] = pos
+    return status
+
+
+class Scanner:
+    """The arrays of one trace's events, filled a piece of text at a time (:meth:`piece`), read by :meth:`result`."""
+
+    # Room at first (each array doubles when full): events and args per byte of text, floats left to Arrow
+    # per piece, distinct strings and their bytes.
+    EVENTS_PER_BYTE, ARGS_PER_BYTE, FIXES, STRINGS, ARENA = 1 / 128, 1 / 32, 1024, 1024, 1 << 16
+
+    def __init__(self, size_hint: int) -> None:
+        # Pages are touched only when written: room guessed generously from the text's size costs no memory.
+        events = max(int(size_hint * self.EVENTS_PER_BYTE), 16)
+        stats = max(int(size_hint * self.ARGS_PER_BYTE), 16)
+        self.kinds = np.empty((N_FIELDS, events), np.int8)
+        self.values = np.empty((N_FIELDS, events), np.int64)
+        self.arg_count = np.empty(events, np.int32)
+        self.args = [np.empty(stats, dtype) for dtype in S_TYPES]
+        self.fixes = np.empty((4, self.FIXES), np.int64)
+        self.arena = np.empty(self.ARENA, np.uint8)
+        self.strings = np.empty((self.STRINGS, 2), np.int64)
+        self.table = np.full(4 * self.STRINGS, -1, np.int64)
+        self.counts = np.zeros(10, np.int64)
+        self.after = False  # at the array's "[" until the first event
+
+    def piece(self, buf: np.ndarray, n: int) -> tuple[int, int, int, int]:
+        """Scan the events of buf[:n] (zero padding of PAD bytes after it) that are complete, starting where the
+        last piece left off: (resume, first, last, end). The next piece starts with buf[resume:n]; buf[first:last]
+        holds this piece's complete events (first -1: none); end is the position after the array, or -1.
+        """
+        pos, first, counts = 0, -1, self.counts
+        while True:
+            status = _scan(buf, n, pos, self.after, self.kinds, self.values, self.values.view(np.float64),
+                           self.arg_count, *self.args, self.args[S_A].view(np.float64), self.fixes, self.arena,
+                           self.strings, self.table, counts)
+            pos, self.after = int(counts[C_RESUME]), bool(counts[C_AFTER])
+            if first < 0:
+                first = int(counts[C_FIRST])
+            if status in (MORE, END):
+                break
+            self._room(status, buf)
+        self._fix(buf)
+        return pos, first, pos if first >= 0 else -1, int(counts[C_END]) if status == END else -1
+
+    def _room(self, status: int, buf: np.ndarray) -> None:
+        """Double the array that is full (copying what it holds: only that much memory is touched)."""
+        c = self.counts
+        if status == ROOM_EVENTS:
+            self.kinds, self.values = _doubled(self.kinds, c[C_EVENTS]), _doubled(self.values, c[C_EVENTS])
+            self.arg_count = _doubled(self.arg_count[None], c[C_EVENTS])[0]
+        elif status == ROOM_STATS:
+            self.args = [_doubled(column[None], c[C_STATS])[0] for column in self.args]
+        elif status == ROOM_FIXES:
+            if c[C_FIXES] == 0:  # one event has more than there is room for
+                self.fixes = _doubled(self.fixes, 0)
+            self._fix(buf)
+        else:  # ROOM_STRINGS: any of the three
+            if c[C_STRINGS] + 1 > len(self.strings) // 2:
+                strings = np.empty((2 * len(self.strings), 2), np.int64)
+                strings[: c[C_STRINGS]] = self.strings[: c[C_STRINGS]]
+                self.strings = strings
+            if 4 * (c[C_STRINGS] + 1) > len(self.table):
+                self.table = _table(self.arena, self.strings, c[C_STRINGS], 2 * len(self.table))
+            # Room for the longest string the piece could hold.
+            needed = c[C_ARENA] + len(buf)
+            if needed > len(self.arena):
+                grown = np.empty(max(2 * len(self.arena), needed), np.uint8)
+                grown[: c[C_ARENA]] = self.arena[: c[C_ARENA]]
+                self.arena = grown
+
+    def _fix(self, buf: np.ndarray) -> None:
+        """Floats the scan could not read exactly: parsed from their text by Arrow, which rounds as float() does."""
+        n = int(self.counts[C_FIXES])
+        if n == 0:
+            return
+        target, index, lo, hi = self.fixes[:, :n]
+        offsets, data = gather(buf, lo, hi)
+        text = pa.LargeStringArray.from_buffers(n, pa.py_buffer(offsets), pa.py_buffer(data))
+        parsed = pc.cast(text, pa.float64()).to_numpy(zero_copy_only=False)
+        if not np.all(np.isfinite(parsed)):  # 1e400: msgspec refuses it, so does the reference path
+            raise ValueError("float out of range")
+        fields = target >= 0
+        self.values.view(np.float64)[target[fields], index[fields]] = parsed[fields]
+        self.args[S_A].view(np.float64)[index[~fields]] = parsed[~fields]
+        self.counts[C_FIXES] = 0
+
+    def result(self) -> tuple[np.ndarray, ...]:
+        """(kinds, values, arg_count, args (the S_* columns), arena, strings): views of the filled part."""
+        c = self.counts
+        e, s = c[C_EVENTS], c[C_STATS]
+        return (self.kinds[:, :e], self.values[:, :e], self.arg_count[:e], [column[:s] for column in self.args],
+                self.arena[: c[C_ARENA]], self.strings[: c[C_STRINGS]])
+
+
+def _doubled(rows: np.ndarray, filled: int) -> np.ndarray:
+    """``rows`` (a 2-d array) with twice the columns, the first ``filled`` copied."""
+    bigger = np.empty((rows.shape[0], 2 * rows.shape[1]), rows.dtype)
+    bigger[:, :filled] = rows[:, :filled]
+    return bigger
 
 
 @njit(cache=True)
@@ -478,6 +698,41 @@ def intern_pairs(kind_a, a, kind_b, b):
                 break
             slot = (slot + np.uint64(1)) & mask
     return ids, first[:n_ids].copy()
+
+
+@njit(cache=True)
+def scaled(kinds, values, floats, factor, limit):
+    """(round(v * factor) (0 if absent), whether v < 0, whether every |result| < limit) of a number field:
+    ints exactly, floats rounded half to even as round() does."""
+    out = np.zeros(len(kinds), np.int64)
+    negative = np.zeros(len(kinds), np.bool_)
+    for i in range(len(kinds)):
+        if kinds[i] == K_INT:
+            if abs(values[i]) >= limit // factor:
+                return out, negative, False
+            out[i] = values[i] * factor
+            negative[i] = values[i] < 0
+        elif kinds[i] == K_FLOAT:
+            rounded = np.rint(floats[i] * factor)
+            if not abs(rounded) < limit:
+                return out, negative, False
+            out[i] = np.int64(rounded)
+            negative[i] = floats[i] < 0
+    return out, negative, True
+
+
+@njit(cache=True)
+def arg_rows(s_key, stat_event, key, n_events, index):
+    """The arg row with key id ``key`` of each event in ``index`` (stat_event: the event of each arg row, -1:
+    none), -1 where it has none; of repeated keys the last, as a dict keeps."""
+    at = np.full(n_events, -1, np.int32)
+    for r in range(len(s_key)):
+        if s_key[r] == key and stat_event[r] >= 0:
+            at[stat_event[r]] = r
+    rows = np.empty(len(index), np.int64)
+    for i in range(len(index)):
+        rows[i] = at[index[i]]
+    return rows
 
 
 @njit(cache=True)
@@ -519,7 +774,7 @@ T_INT, T_DOUBLE, T_STR, T_ODD = 0, 1, 2, -1
 
 
 @njit(cache=True)
-def stat_rows(first, count, instant, ph, stats, keep, numbers):
+def stat_rows(first, count, instant, ph, s_key, s_kind, s_a, s_float, keep):
     """event_stats rows of events (arg rows ``first[e]`` .. + ``count[e]``, those in ``keep``), each instant's
     ph row after its args: (owner, key id (-1: "ph"), value type, int, double, string id, stat row of ODD ones)."""
     n = 0
@@ -540,16 +795,16 @@ def stat_rows(first, count, instant, ph, stats, keep, numbers):
             if not keep[r]:
                 continue
             owner[j] = e
-            key[j] = stats[S_KEY, r]
-            kind = stats[S_KIND, r]
+            key[j] = s_key[r]
+            kind = s_kind[r]
             if kind == V_INT or kind == V_TRUE or kind == V_FALSE:
                 value_type[j] = T_INT
-                ints[j] = stats[S_A, r] if kind == V_INT else (1 if kind == V_TRUE else 0)
+                ints[j] = s_a[r] if kind == V_INT else (1 if kind == V_TRUE else 0)
             elif kind == V_FLOAT:
                 value_type[j] = T_DOUBLE
-                doubles[j] = numbers[r]
+                doubles[j] = s_float[r]
             elif kind == V_STR:
-                string[j] = stats[S_A, r]
+                string[j] = s_a[r]
             else:
                 value_type[j] = T_ODD
                 source[j] = r

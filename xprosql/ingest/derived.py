@@ -1,9 +1,10 @@
 """Tables derived from a profile at ingest, by the packaged SQL, so fleet queries need not rescan events.
 
 ``op_stats`` (``sql/op_stats.sql``) sums every op per device: the part of the
-roofline that reads events. It is computed once, from the staged Parquet files
-of the profile being ingested, and committed with them, so the roofline of
-thousands of profiles reads a few hundred rows of each.
+roofline that reads events. It is computed once, from the decoded tables of the
+profile being ingested (in memory when they are small, else their staged
+Parquet files), and committed with them, so the roofline of thousands of
+profiles reads a few hundred rows of each.
 """
 
 from __future__ import annotations
@@ -18,27 +19,64 @@ from xprosql.queries.analyses import analysis_text, bind_parameters
 from xprosql.queries.functions import register_functions
 from xprosql.warehouse import StagedProfile
 
-__all__ = ["derive_tables"]
+__all__ = ["derive_tables", "DecodedTables", "DERIVE_MEMORY_LIMIT"]
+
+# DuckDB's memory limit while deriving: what does not fit spills to the staging directory, deleted with it, so a
+# profile of tens of millions of events ingests in a few GB.
+DERIVE_MEMORY_LIMIT = "2GB"
+_DECODED = [table for table in TABLES if table not in INGEST_DERIVED_TABLES]
+# Profiles whose decoded tables take less Arrow memory than this are derived from memory, while the writer thread
+# still compresses the same batches to Parquet; larger ones from the staged files, once written.
+_IN_MEMORY_BYTES = 256 * 2**20
+
+
+class DecodedTables:
+    """The batches of a profile's decoded tables, kept while they are small enough to derive from in memory."""
+
+    def __init__(self, limit_bytes: int | None = None) -> None:
+        self._batches: dict[str, list[pa.RecordBatch]] | None = {}
+        self._left = _IN_MEMORY_BYTES if limit_bytes is None else limit_bytes
+
+    def add(self, table: str, batch: pa.RecordBatch) -> None:
+        if self._batches is None:
+            return
+        self._left -= batch.nbytes
+        if self._left < 0:
+            self._batches = None  # too large: derive from the files
+        else:
+            self._batches.setdefault(table, []).append(batch)
+
+    def tables(self) -> dict[str, pa.Table] | None:
+        """Every decoded table, or None when they outgrew the limit."""
+        if self._batches is None:
+            return None
+        return {table: pa.Table.from_batches(self._batches.get(table, []), TABLES[table]) for table in _DECODED}
 
 
 def _quoted(text: str) -> str:
     return "'" + text.replace("'", "''") + "'"
 
 
-def derive_tables(staged: StagedProfile) -> Iterator[tuple[str, pa.Table]]:
-    """(table, rows) of every derived table of ``staged``.
+def derive_tables(staged: StagedProfile, decoded: DecodedTables | None = None) -> Iterator[tuple[str, pa.Table]]:
+    """(table, rows) of every derived table of ``staged``, from ``decoded`` when it kept every table, else from the
+    staged files.
 
-    Closes the staged files of every other table: the profile's decoded tables must all be written.
+    Reading the files closes them: the profile's decoded tables must all be written.
     """
-    con = connect()
+    con = connect(config={"memory_limit": DERIVE_MEMORY_LIMIT, "temp_directory": str(staged.directory / ".spill")})
     try:
         register_functions(con)
-        decoded = [table for table in TABLES if table not in INGEST_DERIVED_TABLES]
-        staged.finish(decoded)
-        pid = _quoted(staged.profile_id)
-        for table in decoded:
-            path = _quoted(str(staged.file(table)))
-            con.execute(f"CREATE VIEW {table} AS SELECT {pid} AS profile_id, * FROM read_parquet({path})")
+        kept = decoded.tables() if decoded is not None else None
+        if kept is None:
+            staged.finish(_DECODED)
+        for table in _DECODED:
+            if kept is None:
+                source = f"read_parquet({_quoted(str(staged.file(table)))})"
+            else:
+                con.register(f"decoded_{table}", kept[table])
+                source = f"decoded_{table}"
+            # One profile: its id is dropped from the result, and an empty one is the cheapest key to sort by.
+            con.execute(f"CREATE VIEW {table} AS SELECT '' AS profile_id, * FROM {source}")
         for name in INGEST_DERIVED_TABLES:
             rows = con.sql(analysis_text(name), params=bind_parameters(name, {})).to_arrow_table()
             yield name, rows.drop_columns(["profile_id"]).cast(TABLES[name])

@@ -32,7 +32,7 @@ from xprosql.errors import IngestError
 from xprosql.ingest import _xspace_events as _events
 from xprosql.ingest import counters, hlo
 from xprosql.ingest._xspace_events import Column
-from xprosql.ingest.xspace_wire import STAT_KINDS, RawSpace, read_raw
+from xprosql.ingest.xspace_wire import STAT_KINDS, RawEvents, RawSpace, read_raw
 from xprosql.models import hardware
 from xprosql.models.tables import TABLES
 from xprosql.protos import xplane_pb2
@@ -225,24 +225,15 @@ def _promote(resolved: pl.DataFrame, owner: list[str]) -> tuple[dict[str, pl.Dat
 
 def _start_ns(raw: RawSpace) -> tuple[int, bool, np.ndarray]:
     """Earliest event start (ns, as recorded), whether any event has a start, and each line's base in ps."""
-    timed = ~raw.event_is_aggregate
-    ends = np.cumsum(raw.line_n_events)
-    starts = ends - raw.line_n_events
-    earliest: int | None = None
-    for line, (first, last) in enumerate(zip(starts, ends)):
-        offsets = raw.event_offset_ps[first:last][timed[first:last]]
-        if len(offsets):
-            start = int(raw.line_timestamp_ns[line]) * 1000 + int(offsets.min())
-            earliest = start if earliest is None else min(earliest, start)
-    if earliest is None:
-        return 0, False, np.zeros(len(ends), dtype=np.int64)
-    start_ns = earliest // 1000
+    timed, first_timed, least, greatest, longest = (raw.line_extent[:, i].tolist() for i in range(5))
+    starts = [ts * 1000 + first for ts, n, first in zip(raw.line_timestamp_ns.tolist(), timed, first_timed) if n]
+    if not starts:
+        return 0, False, np.zeros(len(raw.line_plane), dtype=np.int64)
+    start_ns = min(starts) // 1000
     bases = []
-    for line, (first, last) in enumerate(zip(starts, ends)):
-        base = (int(raw.line_timestamp_ns[line]) - start_ns) * 1000
-        lo = base + int(raw.event_offset_ps[first:last].min(initial=0))
-        hi = base + int(raw.event_offset_ps[first:last].max(initial=0)) + int(raw.event_duration_ps[first:last].max(initial=0))
-        if not (_INT64[0] <= lo and hi <= _INT64[1]):
+    for line, timestamp_ns in enumerate(raw.line_timestamp_ns.tolist()):
+        base = (timestamp_ns - start_ns) * 1000
+        if not (_INT64[0] <= base + least[line] and base + greatest[line] + longest[line] <= _INT64[1]):
             raise ValueError(f"line {raw.line_name[line]!r}: event times do not fit int64 picoseconds")
         bases.append(base)
     return start_ns, True, np.array(bases, dtype=np.int64)
@@ -285,12 +276,12 @@ def decode_xspace(data: bytes, *, source: str, batch_rows: int = 500_000) -> Ite
     """
     raw = read_raw(data, source=source)
     try:
-        yield from _decode(raw, data, source=source, batch_rows=batch_rows)
+        yield from _decode(raw, source=source, batch_rows=batch_rows)
     except (pl.exceptions.PolarsError, pa.ArrowInvalid) as exc:  # e.g. a string field that is not UTF-8
         raise ValueError(f"corrupt XSpace content: {exc}") from None
 
 
-def _decode(raw: RawSpace, data: bytes, *, source: str, batch_rows: int) -> Iterator[tuple[str, pa.RecordBatch]]:
+def _decode(raw: RawSpace, *, source: str, batch_rows: int) -> Iterator[tuple[str, pa.RecordBatch]]:
     planes = raw.planes
     start_ns, has_timed_events, line_base_ps = _start_ns(raw)
     module_rows, op_rows = _hlo_tables(planes, source)
@@ -340,20 +331,28 @@ def _decode(raw: RawSpace, data: bytes, *, source: str, batch_rows: int) -> Iter
             pl.col("line_name").cast(pl.String).str.extract(r"^Stream #(\d+)", 1).cast(pl.Int64))
     ).with_row_index("track_id").with_columns(pl.col("track_id").cast(pl.Int32))
 
-    space = _Space.of(raw, planes)
-    events = _Events.of(raw, space, metadata, md_defaults, lines, line_base_ps, module_rows)
-    md_row = events.md_row
-    end_ps = events.end_ps if has_timed_events else 0
-    yield from _gpu_tables(events.gpu_rows(kinds, lines), _detail_stats(space), kinds, batch_rows)
-    yield from events.batches(batch_rows)
-    del events  # the largest arrays: gone before the stats are built
-    yield from _column_batches("event_stats", *_rest_stats(space), batch_rows)
+    # Events and their stats, a chunk at a time: the tables of one chunk are written before the next is read.
+    lookups = _Lookups.of(planes, metadata, md_defaults, module_rows, lines)
+    uses = np.zeros(metadata.height, dtype=np.int64)
+    end_ps = 0
+    gpu_events, gpu_details = [], []
+    for chunk in raw.chunks():
+        space = _Space.of(raw, chunk, lookups)
+        events = _Events.of(raw, space, lookups, line_base_ps)
+        uses += np.bincount(events.md_row[events.md_row >= 0], minlength=metadata.height)
+        end_ps = max(end_ps, events.end_ps)
+        gpu_events.append(events.gpu_rows(kinds, lines))
+        gpu_details.append(_detail_stats(space))
+        yield from events.batches(batch_rows)
+        del events  # the largest arrays: gone before the stats are built
+        yield from _column_batches("event_stats", *_rest_stats(space), batch_rows)
+        del space, chunk
+    yield from _gpu_tables(pl.concat(gpu_events), pl.concat(gpu_details), kinds, batch_rows)
 
-    counter_rows, unreadable = _counter_rows(raw, data, start_ns)
+    counter_rows, unreadable = _counter_rows(raw, start_ns)
     yield "counters", pa.RecordBatch.from_pylist(
         [dict(zip(TABLES["counters"].names, row)) for row in counter_rows], schema=TABLES["counters"])
 
-    uses = np.bincount(md_row[md_row >= 0], minlength=metadata.height)
     yield from _batches("event_metadata", metadata.rename({"plane": "device_id"}).with_columns(
         n_events=pl.Series(uses, dtype=pl.Int64)), batch_rows)
     yield from _batches("metadata_stats", md_stats.rename({"plane": "device_id"}), batch_rows)
@@ -407,12 +406,54 @@ _GPU_EVENT_COLUMNS = ("event_id", "device_id", "track_id", "name", "start_ps", "
 
 
 @dataclass
-class _Space:
-    """Per-stat lookups the events and event_stats columns share; stats are grouped by event, events by plane."""
+class _Lookups:
+    """What every chunk's events look up: per-plane id tables, stat names, metadata defaults. Built once per file."""
 
-    raw: RawSpace
-    event_bounds: np.ndarray  # first event of each plane, then the number of events
-    stat_event: np.ndarray  # per stat: its event
+    stat_keys: list[np.ndarray]  # per plane: stat metadata ids
+    stat_codes: list[np.ndarray]  # ... and their names' codes into names
+    names: pa.Array  # distinct stat names
+    name_code: dict[str, int]
+    md_keys: list[np.ndarray]  # per plane: event metadata ids
+    md_rows: list[np.ndarray]  # ... and their rows in the metadata table
+    md_defaults: pl.DataFrame  # per metadata row: name, promoted columns' defaults, names parsed
+    defaults: dict[str, Column]  # per promoted column: each metadata row's default, then a null row
+    name: Column  # per metadata row (and a null row)
+    display_name: Column
+    lines: pl.DataFrame
+    modules: pl.DataFrame  # program_id -> module, from the embedded HLO
+
+    @classmethod
+    def of(cls, planes: list[xplane_pb2.XPlane], metadata: pl.DataFrame, md_defaults: pl.DataFrame,
+           module_rows: list[dict], lines: pl.DataFrame) -> _Lookups:
+        name_code: dict[str, int] = {}
+        stat_keys, stat_codes = [], []
+        for plane in planes:
+            ids = list(plane.stat_metadata)
+            stat_keys.append(np.array(ids, dtype=np.int64))
+            stat_codes.append(np.array([name_code.setdefault(plane.stat_metadata[i].name, len(name_code)) for i in ids],
+                                       dtype=np.int64))
+        md_plane, md_id = metadata["plane"].to_numpy(), metadata["metadata_id"].to_numpy()
+        md_rows = [np.flatnonzero(md_plane == plane_index) for plane_index in range(len(planes))]
+        defaults = {}
+        for column, target in PROMOTED_STATS.values():
+            default = md_defaults[column].cast(_PROMOTED_DTYPES[target])
+            defaults[column] = _events.codes_of(default) if target == "str" else _numbers_of(default)
+        modules = pl.DataFrame({"program_id": pl.Series([m["program_id"] for m in module_rows], dtype=pl.UInt64),
+                                "module": pl.Series([m["module"] for m in module_rows], dtype=pl.String)},
+                               ).unique("program_id", keep="first").drop_nulls().sort("program_id")
+        return cls(stat_keys, stat_codes, pa.array(list(name_code), pa.string()), name_code,
+                   [md_id[rows] for rows in md_rows], md_rows, md_defaults, defaults,
+                   _events.codes_of(md_defaults["name"]), _events.codes_of(md_defaults["display_name"]), lines, modules)
+
+
+@dataclass
+class _Space:
+    """Per-stat lookups of one chunk, shared by its events and event_stats columns; stats are grouped by event,
+    events by plane."""
+
+    chunk: RawEvents
+    event_bounds: np.ndarray  # first event (of the chunk) of each plane, then the number of events
+    stat_event: np.ndarray  # per stat: its event's row in the chunk
     stat_name: np.ndarray  # int32 per stat: code into names; -1 when its plane has no such stat
     names: pa.Array  # distinct stat names
     name_code: dict[str, int]
@@ -420,27 +461,20 @@ class _Space:
     promoted: np.ndarray  # bool per stat: moved to an events column
 
     @classmethod
-    def of(cls, raw: RawSpace, planes: list[xplane_pb2.XPlane]) -> _Space:
-        name_code: dict[str, int] = {}
-        keys, codes = [], []
-        for plane in planes:
-            ids = list(plane.stat_metadata)
-            keys.append(np.array(ids, dtype=np.int64))
-            codes.append(np.array([name_code.setdefault(plane.stat_metadata[i].name, len(name_code)) for i in ids],
-                                  dtype=np.int64))
-        names = pa.array(list(name_code), pa.string())
-        first_line = np.searchsorted(raw.line_plane, np.arange(len(planes) + 1))  # lines come plane by plane
-        event_bounds = np.concatenate([[0], np.cumsum(raw.line_n_events)])[first_line]
-        stat_bounds = np.concatenate([[0], np.cumsum(raw.event_n_stats)])[event_bounds]
-        stat_name = _events.plane_lookup(keys, codes, raw.stat_metadata_id, stat_bounds)
-        refs = np.flatnonzero(raw.stat_kind == 7)
-        ref_name = _events.plane_lookup(keys, codes, raw.stat_int[refs], np.searchsorted(refs, stat_bounds))
-        event_ids = np.arange(raw.n_events, dtype=np.int32 if raw.n_events < 2**31 else np.int64)
+    def of(cls, raw: RawSpace, chunk: RawEvents, lookups: _Lookups) -> _Space:
+        # Events come plane by plane.
+        event_bounds = np.searchsorted(raw.line_plane[chunk.event_line], np.arange(len(raw.planes) + 1))
+        stat_bounds = np.concatenate([[0], np.cumsum(chunk.event_n_stats)])[event_bounds]
+        stat_name = _events.plane_lookup(lookups.stat_keys, lookups.stat_codes, chunk.stat_metadata_id, stat_bounds)
+        refs = np.flatnonzero(chunk.stat_kind == 7)
+        ref_name = _events.plane_lookup(lookups.stat_keys, lookups.stat_codes, chunk.stat_int[refs],
+                                        np.searchsorted(refs, stat_bounds))
+        rows = np.arange(chunk.n_events, dtype=np.int32 if chunk.n_events < 2**31 else np.int64)
         return cls(
-            raw=raw, event_bounds=event_bounds, stat_event=np.repeat(event_ids, raw.event_n_stats),
-            stat_name=stat_name, names=names, name_code=name_code,
-            strings=_events.stat_strings(raw.stat_kind, raw.stat_text, refs, ref_name, names),
-            promoted=np.zeros(raw.n_stats, dtype=bool),
+            chunk=chunk, event_bounds=event_bounds, stat_event=np.repeat(rows, chunk.event_n_stats),
+            stat_name=stat_name, names=lookups.names, name_code=lookups.name_code,
+            strings=_events.stat_strings(chunk.stat_kind, chunk.stat_text, refs, ref_name, lookups.names),
+            promoted=np.zeros(chunk.n_stats, dtype=bool),
         )
 
 
@@ -457,61 +491,51 @@ def _with_null_row(series: pl.Series, md_row: np.ndarray) -> pl.Series:
 
 @dataclass
 class _Events:
-    """The events table, built a batch of rows at a time from the raw columns, metadata defaults and own values."""
+    """The events table of one chunk, built a batch of rows at a time from the raw columns, metadata defaults and
+    own values."""
 
     raw: RawSpace
-    line_of_event: np.ndarray  # int32 per event
+    chunk: RawEvents
     md_row: np.ndarray  # int32 per event: its metadata row, -1 when none
-    line_base_ps: np.ndarray  # per line: start of its time base, relative to the profile's start
+    start: Column  # per event: start relative to the profile's start, ps; null for aggregated events
     name: Column  # per metadata row (and a null row)
     display_name: Column
     promoted: dict[str, _events.Promoted]
     order: np.ndarray | None = None  # the table's row order: by start time, then event id; no start last
     end_ps: int = 0  # the latest event end
 
+    @property
+    def line_of_event(self) -> np.ndarray:
+        return self.chunk.event_line
+
     @classmethod
-    def of(cls, raw: RawSpace, space: _Space, metadata: pl.DataFrame, md_defaults: pl.DataFrame, lines: pl.DataFrame,
-           line_base_ps: np.ndarray, module_rows: list[dict]) -> _Events:
-        md_keys, md_rows = [], []
-        md_plane, md_id = metadata["plane"].to_numpy(), metadata["metadata_id"].to_numpy()
-        for plane_index in range(len(space.event_bounds) - 1):
-            mine = np.flatnonzero(md_plane == plane_index)
-            md_keys.append(md_id[mine])
-            md_rows.append(mine)
-        md_row = _events.plane_lookup(md_keys, md_rows, raw.event_metadata_id, space.event_bounds)
-        promoted = {}
-        for column, target in PROMOTED_STATS.values():
-            default = md_defaults[column].cast(_PROMOTED_DTYPES[target])
-            promoted[column] = _events.Promoted.of(_events.codes_of(default) if target == "str" else _numbers_of(default))
-        events = cls(raw, np.repeat(np.arange(len(raw.line_plane), dtype=np.int32), raw.line_n_events), md_row,
-                     line_base_ps, _events.codes_of(md_defaults["name"]), _events.codes_of(md_defaults["display_name"]),
-                     promoted)
+    def of(cls, raw: RawSpace, space: _Space, lookups: _Lookups, line_base_ps: np.ndarray) -> _Events:
+        chunk = space.chunk
+        md_row = _events.plane_lookup(lookups.md_keys, lookups.md_rows, chunk.event_metadata_id, space.event_bounds)
+        promoted = {column: _events.Promoted.of(default) for column, default in lookups.defaults.items()}
+        aggregate = chunk.event_is_aggregate
+        start = Column(line_base_ps[chunk.event_line] + chunk.event_offset_ps, ~aggregate if aggregate.any() else None)
+        events = cls(raw, chunk, md_row, start, lookups.name, lookups.display_name, promoted)
         _promote_event_stats(space, promoted)
-        events._name_modules(lines, md_defaults, module_rows)
-        start = events.start_ps(events.line_of_event, raw.event_offset_ps, raw.event_is_aggregate)
-        ends = start.values + raw.event_duration_ps
+        events._name_modules(lookups)
+        ends = start.values + chunk.event_duration_ps
         timed_ends = ends if start.valid is None else ends[start.valid]
         events.end_ps = int(timed_ends.max()) if len(timed_ends) else 0
         events.order = _events.sort_order(start.values, start.valid)
         return events
 
-    def _name_modules(self, lines: pl.DataFrame, md_defaults: pl.DataFrame, module_rows: list[dict]) -> None:
+    def _name_modules(self, lookups: _Lookups) -> None:
         """Modules and programs the events' stats do not give: from `XLA Modules` names, then from program ids."""
         program, module = self.promoted["program_id"], self.promoted["hlo_module"]
-        on_module_line = np.append((lines["line_name"] == "XLA Modules").fill_null(False).to_numpy(), False)
+        md_defaults, modules = lookups.md_defaults, lookups.modules
+        on_module_line = np.append((lookups.lines["line_name"] == "XLA Modules").fill_null(False).to_numpy(), False)
         rows = np.flatnonzero(on_module_line[self.line_of_event])
         rows = rows[~program.at(rows, self.md_row[rows]).valid]  # events named like jit_f(1234), no program_id stat
         name_module = _with_null_row(md_defaults["name_module"].cast(pl.String), self.md_row[rows])
         fill = ~module.at(rows, self.md_row[rows]).valid & name_module.is_not_null().to_numpy()
         module.set(rows[fill], name_module.filter(pl.Series(fill)))
         program.set(rows, _numbers_of(md_defaults["name_program"].cast(pl.UInt64)).take(self.md_row[rows]))
-        if not module_rows:
-            return
-        # TPU op events carry program_id only: name the module from the embedded HLO.
-        modules = pl.DataFrame({"program_id": pl.Series([m["program_id"] for m in module_rows], dtype=pl.UInt64),
-                                "module": pl.Series([m["module"] for m in module_rows], dtype=pl.String)},
-                               ).unique("program_id", keep="first").drop_nulls().sort("program_id")
-        if not modules.height:
+        if not modules.height:  # TPU op events carry program_id only: name the module from the embedded HLO.
             return
         need = np.flatnonzero(program.valid(self.md_row) & ~module.valid(self.md_row))
         ids = modules["program_id"].to_numpy()
@@ -521,25 +545,23 @@ class _Events:
         names = modules["module"].to_arrow().cast(pa.string())
         module.set(need[hit], Column(at[hit].astype(np.int32), np.ones(int(hit.sum()), dtype=bool), names))
 
-    def start_ps(self, line: np.ndarray, offset_ps: np.ndarray, aggregate: np.ndarray) -> Column:
-        """Start times of events on ``line`` at ``offset_ps``; null for aggregated events."""
-        return Column(self.line_base_ps[line] + offset_ps, None if not aggregate.any() else ~aggregate)
-
     def arrays(self, rows: np.ndarray, md_row: np.ndarray, promoted: dict[str, Column],
                names: Sequence[str]) -> dict[str, pa.Array]:
-        """The columns ``names`` at ``rows``, whose metadata rows are ``md_row`` and promoted values ``promoted``."""
-        raw, schema = self.raw, TABLES["events"]
-        line, aggregate = np.take(self.line_of_event, rows), np.take(raw.event_is_aggregate, rows)
+        """The columns ``names`` at ``rows`` (of the chunk), whose metadata rows are ``md_row`` and promoted values
+        ``promoted``."""
+        chunk, schema = self.chunk, TABLES["events"]
+        line = np.take(chunk.event_line, rows)
         build = {
-            "event_id": lambda: Column(rows),
-            "device_id": lambda: Column(raw.line_plane[line]),
+            "event_id": lambda: Column(rows + chunk.first_event),
+            "device_id": lambda: Column(self.raw.line_plane[line]),
             "track_id": lambda: Column(line),
-            "metadata_id": lambda: Column(np.take(raw.event_metadata_id, rows)),
+            "metadata_id": lambda: Column(np.take(chunk.event_metadata_id, rows)),
             "name": lambda: self.name.take(md_row),
             "display_name": lambda: self.display_name.take(md_row),
-            "start_ps": lambda: self.start_ps(line, np.take(raw.event_offset_ps, rows), aggregate),
-            "dur_ps": lambda: Column(np.take(raw.event_duration_ps, rows)),
-            "num_occurrences": lambda: Column(np.take(raw.event_num_occurrences, rows), aggregate),
+            "start_ps": lambda: self.start.take(rows),
+            "dur_ps": lambda: Column(np.take(chunk.event_duration_ps, rows)),
+            "num_occurrences": lambda: Column(np.take(chunk.event_num_occurrences, rows),
+                                              np.take(chunk.event_is_aggregate, rows)),
             **{column: (lambda column=column: promoted[column]) for column in promoted},
         }
         return {name: build[name]().to_arrow(schema.field(name).type) for name in names}
@@ -605,8 +627,8 @@ def _convert_stats(space: _Space, stats: np.ndarray, target: str) -> tuple[np.nd
 
     Numbers convert in numpy; text (str values, refs) goes through :func:`_converted`, which defines the rules.
     """
-    raw = space.raw
-    kind, ints = raw.stat_kind[stats], raw.stat_int[stats]
+    chunk = space.chunk
+    kind, ints = chunk.stat_kind[stats], chunk.stat_int[stats]
     is_text = (kind == 5) | (kind == 7)
     if target == "str":
         strings = space.strings.take(pa.array(stats))
@@ -616,14 +638,14 @@ def _convert_stats(space: _Space, stats: np.ndarray, target: str) -> tuple[np.nd
     if target == "uint64":
         converts, values = (kind == 3) | (kind == 4), ints.view(np.uint64).copy()
     else:
-        doubles = raw.stat_double[stats]
+        doubles = chunk.stat_double[stats]
         integral = (kind == 2) & np.isfinite(doubles) & (np.floor(doubles) == doubles) & (np.abs(doubles) < 2.0**63)
         converts = (kind == 4) | ((kind == 3) & (ints >= 0)) | integral
         values = np.where(integral, doubles.astype(np.int64, copy=False) if integral.any() else 0, ints)
     text = np.flatnonzero(is_text)
     if len(text):  # rare: promoted stats given as text
         frame = pl.DataFrame({"kind": pl.Series(kind[text], dtype=pl.Int8), "int": ints[text],
-                              "double": raw.stat_double[stats[text]],
+                              "double": chunk.stat_double[stats[text]],
                               "str_value": pl.Series(space.strings.take(pa.array(stats[text])), dtype=pl.String)})
         parsed = frame.select(_converted(target)).to_series()
         ok = parsed.is_not_null().to_numpy()
@@ -637,7 +659,7 @@ def _detail_stats(space: _Space) -> pl.DataFrame:
     codes = [space.name_code[name] for name in _GPU_DETAIL_STATS if name in space.name_code]
     rows = np.flatnonzero(np.isin(space.stat_name, codes))
     return pl.DataFrame({
-        "event_id": space.stat_event[rows],
+        "event_id": space.stat_event[rows] + space.chunk.first_event,
         "stat": pl.Series(space.names.take(pa.array(space.stat_name[rows])), dtype=pl.String),
         "str_value": pl.Series(space.strings.take(pa.array(rows)), dtype=pl.String),
     })
@@ -645,17 +667,17 @@ def _detail_stats(space: _Space) -> pl.DataFrame:
 
 def _rest_stats(space: _Space) -> tuple[dict[str, Column | pa.Array], np.ndarray]:
     """The event_stats columns over all stats, and the rows to write: those not promoted, in file order."""
-    raw, kind = space.raw, space.raw.stat_kind
+    chunk, kind = space.chunk, space.chunk.stat_kind
     is_bytes = pa.array(kind == 6)
     columns: dict[str, Column | pa.Array] = {
-        "event_id": Column(space.stat_event),
+        "event_id": Column(space.stat_event + chunk.first_event),
         "stat": Column(space.stat_name, space.stat_name >= 0, space.names),
         "value_type": Column(kind.astype(np.int32) - 2, kind >= 2, _events.STAT_KIND_CODES),
-        "int_value": Column(raw.stat_int, kind == 4),
-        "uint_value": Column(raw.stat_int.view(np.uint64), kind == 3),
-        "double_value": Column(raw.stat_double, kind == 2),
+        "int_value": Column(chunk.stat_int, kind == 4),
+        "uint_value": Column(chunk.stat_int.view(np.uint64), kind == 3),
+        "double_value": Column(chunk.stat_double, kind == 2),
         "str_value": space.strings,
-        "bytes_value": pc.if_else(is_bytes, raw.stat_text, pa.scalar(None, pa.binary())),
+        "bytes_value": pc.if_else(is_bytes, chunk.stat_text, pa.scalar(None, pa.binary())),
     }
     return columns, np.flatnonzero(~space.promoted)
 
@@ -694,11 +716,11 @@ def _gpu_tables(events: pl.DataFrame, event_stats: pl.DataFrame, kinds: list[tup
         if name not in details.columns:
             details = details.with_columns(pl.lit(None, dtype=pl.String).alias(name))
     on_stream = on_stream.join(details, on="event_id", how="left", maintain_order="left")
-    copy_kind = pl.lit(None, dtype=pl.String)
-    for source in (pl.col("name").cast(pl.String), pl.col("line_name").cast(pl.String).str.extract(r"\(([^)]*)\)", 1)):
-        for prefix, kind in _COPY_KINDS.items():
-            copy_kind = pl.when(copy_kind.is_null() & source.str.starts_with(prefix)).then(pl.lit(kind)).otherwise(copy_kind)
-    on_stream = on_stream.with_columns(copy_kind=copy_kind)
+    # The first prefix that matches, the event's name before its line's.
+    sources = (pl.col("name").cast(pl.String), pl.col("line_name").cast(pl.String).str.extract(r"\(([^)]*)\)", 1))
+    on_stream = on_stream.with_columns(copy_kind=pl.coalesce(
+        pl.when(source.str.starts_with(prefix)).then(pl.lit(kind)) for source in sources for prefix, kind in _COPY_KINDS.items()
+    ))
     is_copy = pl.col("copy_kind").is_not_null() | pl.col("memcpy_details").is_not_null()
 
     copies = on_stream.filter(is_copy).with_columns(
@@ -724,27 +746,21 @@ def _gpu_tables(events: pl.DataFrame, event_stats: pl.DataFrame, kinds: list[tup
     yield from _batches("kernels", kernels, batch_rows)
 
 
-def _counter_rows(raw: RawSpace, data: bytes, start_ns: int) -> tuple[list[tuple], int]:
+def _counter_rows(raw: RawSpace, start_ns: int) -> tuple[list[tuple], int]:
     """Counter values of the planes that have any (rare); planes with counter events are walked as protobuf."""
     counter_lines = {int(raw.line_plane[i]) for i, name in enumerate(raw.line_name) if name == counters.COUNTER_LINE}
     has_events = {i for i, plane in enumerate(raw.planes)
                   if i in counter_lines or any(md.name == "counter_value" for md in plane.stat_metadata.values())}
     wanted = [i for i, plane in enumerate(raw.planes) if i in has_events or counters.has_counters(plane)]
-    if not wanted:
-        return [], 0
-    planes = list(raw.planes)
-    if has_events:
-        space = xplane_pb2.XSpace()
-        space.ParseFromString(data)
-        planes = list(space.planes)
     first_event = np.concatenate([[0], np.cumsum(raw.line_n_events)])
     first_line_of_plane = np.searchsorted(raw.line_plane, np.arange(len(raw.planes)))
     rows: list[tuple] = []
     unreadable = 0
     for i in wanted:
         track = int(first_line_of_plane[i])
+        plane = raw.plane_with_lines(i) if i in has_events else raw.planes[i]
         plane_rows, plane_unreadable = counters.xspace_counter_rows(
-            planes[i], device_id=i, first_event_id=int(first_event[track]), first_track_id=track, start_ns=start_ns
+            plane, device_id=i, first_event_id=int(first_event[track]), first_track_id=track, start_ns=start_ns
         )
         rows.extend(plane_rows)
         unreadable += plane_unreadable

@@ -1,25 +1,30 @@
 """XSpace wire decoding: the bytes of a ``*.xplane.pb`` as flat columns.
 
 This is the first of the XSpace decoder's two stages. It turns the file into
-flat arrays (one row per line, event and event stat) plus the planes' metadata;
-:mod:`xprosql.ingest.xspace` turns those into warehouse tables. Two
-implementations give identical :class:`RawSpace` values:
+the planes' metadata and one row per line (:class:`RawSpace`), then the events
+and their stats as flat arrays, a chunk of events at a time
+(:meth:`RawSpace.chunks`), so memory holds one chunk's events however large the
+file; :mod:`xprosql.ingest.xspace` turns those into warehouse tables. Two
+implementations give identical values, chunks included:
 
-- :func:`read_raw_python`: walks protobuf objects (upb). Always available.
+- :func:`read_raw_python`: walks protobuf objects (upb). Always available; holds
+  the whole file's objects at once.
 - :func:`read_raw_fast`: a numba-compiled walk over the wire format, about an
-  order of magnitude faster; used when numba is installed (``xprosql[fast]``).
+  order of magnitude faster; used when numba is installed.
 
 Example:
     >>> raw = read_raw(open("tpu.xplane.pb", "rb").read(), source="tpu.xplane.pb")   # doctest: +SKIP
-    >>> raw.n_events, raw.n_stats                                                    # doctest: +SKIP
-    (26723, 37200)
+    >>> raw.n_events, raw.n_stats, [chunk.n_events for chunk in raw.chunks()]        # doctest: +SKIP
+    (26723, 37200, [26723])
 """
 
 from __future__ import annotations
 
 import importlib.util
+import mmap
 import os
-from dataclasses import dataclass
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
 
 import numpy as np
 import pyarrow as pa
@@ -28,30 +33,27 @@ from google.protobuf.message import DecodeError
 from xprosql.errors import IngestError
 from xprosql.protos import xplane_pb2
 
-__all__ = ["RawSpace", "read_raw", "read_raw_python", "read_raw_fast", "fast_available", "STAT_KINDS"]
+__all__ = ["RawSpace", "RawEvents", "read_raw", "read_raw_python", "read_raw_fast", "fast_available", "STAT_KINDS",
+           "CHUNK_BYTES"]
 
 # XStat value field numbers; 0 = no value set.
 STAT_KINDS = {2: "double", 3: "uint64", 4: "int64", 5: "str", 6: "bytes", 7: "ref"}
 _ONEOF_FIELD = {"double_value": 2, "uint64_value": 3, "int64_value": 4, "str_value": 5, "bytes_value": 6, "ref_value": 7}
 
+# Peak memory of decoding per event and per event stat (measured: about 100 and 70 on TPU profiles; the margin
+# covers profiles with longer strings). A chunk holds events and stats costing about CHUNK_BYTES.
+_BYTES_PER_EVENT, _BYTES_PER_STAT = 150, 100
+CHUNK_BYTES = 256 * 2**20
+
 
 @dataclass
-class RawSpace:
-    """An XSpace as flat columns. Events are in file order (plane, line, event); stats in event order."""
+class RawEvents:
+    """A chunk of events in file order (plane, line, event), with their stats in event order."""
 
-    hostnames: list[str]
-    errors: list[str]
-    warnings: list[str]
-    planes: list[xplane_pb2.XPlane]  # everything but the lines
-    line_plane: np.ndarray  # int32, per line: index into planes
-    line_id: np.ndarray  # int64
-    line_display_id: np.ndarray  # int64
-    line_name: list[str]
-    line_display_name: list[str]
-    line_timestamp_ns: np.ndarray  # int64
-    line_duration_ps: np.ndarray  # int64
-    line_n_events: np.ndarray  # int64
-    event_metadata_id: np.ndarray  # int64, per event
+    first_event: int  # the file-wide index of the first event
+    first_stat: int
+    event_line: np.ndarray  # int32 per event: its line's index in the file
+    event_metadata_id: np.ndarray  # int64
     event_offset_ps: np.ndarray  # int64 (0 when unset)
     event_num_occurrences: np.ndarray  # int64; >0 marks an aggregated event without a start
     event_is_aggregate: np.ndarray  # bool: the oneof holds num_occurrences
@@ -72,19 +74,58 @@ class RawSpace:
         return len(self.stat_metadata_id)
 
 
+@dataclass
+class RawSpace:
+    """An XSpace's planes (without lines) and lines; its events come chunk by chunk from :meth:`chunks`."""
+
+    hostnames: list[str]
+    errors: list[str]
+    warnings: list[str]
+    planes: list[xplane_pb2.XPlane]  # everything but the lines
+    line_plane: np.ndarray  # int32, per line: index into planes
+    line_id: np.ndarray  # int64
+    line_display_id: np.ndarray  # int64
+    line_name: list[str]
+    line_display_name: list[str]
+    line_timestamp_ns: np.ndarray  # int64
+    line_duration_ps: np.ndarray  # int64
+    line_n_events: np.ndarray  # int64
+    # int64 (lines, 5): timed events, their least offset_ps, then over all events and 0: least offset, greatest
+    # offset, longest duration. What the profile's start and the int64 check need, before any chunk is read.
+    line_extent: np.ndarray
+    n_events: int
+    n_stats: int
+    chunk_starts: np.ndarray  # int64 (chunks, 2): each chunk's first event and first stat
+    read_chunk: Callable[[int], RawEvents] = field(repr=False, compare=False)
+    plane_with_lines: Callable[[int], xplane_pb2.XPlane] = field(repr=False, compare=False)
+
+    def chunks(self) -> Iterator[RawEvents]:
+        """The events, chunk by chunk, in file order; one empty chunk when there are none."""
+        if not len(self.chunk_starts):
+            yield _no_events()
+        for index in range(len(self.chunk_starts)):
+            yield self.read_chunk(index)
+
+
+def _no_events() -> RawEvents:
+    return RawEvents(
+        first_event=0, first_stat=0, event_line=np.zeros(0, np.int32), event_metadata_id=np.zeros(0, np.int64),
+        event_offset_ps=np.zeros(0, np.int64), event_num_occurrences=np.zeros(0, np.int64),
+        event_is_aggregate=np.zeros(0, np.bool_), event_duration_ps=np.zeros(0, np.int64),
+        event_n_stats=np.zeros(0, np.int64), stat_metadata_id=np.zeros(0, np.int64), stat_kind=np.zeros(0, np.int8),
+        stat_int=np.zeros(0, np.int64), stat_double=np.zeros(0, np.float64), stat_text=pa.array([], pa.binary()),
+    )
+
+
 def fast_available() -> bool:
     """True when the numba decoder can run (and XPROSQL_PURE_PYTHON is not set)."""
     return not os.environ.get("XPROSQL_PURE_PYTHON") and importlib.util.find_spec("numba") is not None
 
 
-def read_raw(data: bytes, *, source: str) -> RawSpace:
-    """Decode with the fastest available implementation."""
-    return read_raw_fast(data, source=source) if fast_available() else read_raw_python(data, source=source)
-
-
-# Peak memory of an ingest per event and per event stat, beyond the file's bytes (measured: about 100 and 70
-# on TPU profiles; the margin covers profiles with longer strings).
-_BYTES_PER_EVENT, _BYTES_PER_STAT = 150, 100
+def read_raw(data: bytes, *, source: str, chunk_bytes: int | None = None) -> RawSpace:
+    """Decode with the fastest available implementation; chunks of about ``chunk_bytes`` (default CHUNK_BYTES)."""
+    read = read_raw_fast if fast_available() else read_raw_python
+    return read(data, source=source, chunk_bytes=chunk_bytes)
 
 
 def available_memory() -> int | None:
@@ -102,9 +143,16 @@ def available_memory() -> int | None:
     return available
 
 
-def _check_memory(counts: np.ndarray, source: str) -> None:
+def drop_pages(data: object) -> None:
+    """Let the kernel take back the pages of a mapped file (``mmap``) read so far: they are in the page cache, and
+    are read again from there if touched. Keeps a large file out of the process's memory. No-op for bytes."""
+    advise = getattr(data, "madvise", None)
+    if advise is not None and hasattr(mmap, "MADV_DONTNEED") and not data.closed:
+        advise(mmap.MADV_DONTNEED)
+
+
+def _check_memory(events: int, stats: int, source: str) -> None:
     """Fail with a clear message, before allocating, when decoding would run out of memory (and be killed)."""
-    events, stats = int(counts[3]), int(counts[4])
     need = events * _BYTES_PER_EVENT + stats * _BYTES_PER_STAT
     available = available_memory()
     if available is not None and need > available:
@@ -129,15 +177,42 @@ def _check_planes(planes: list[xplane_pb2.XPlane], source: str) -> None:
         raise IngestError(source, "no named XSpace planes: not an XSpace file")
 
 
-def read_raw_python(data: bytes, *, source: str) -> RawSpace:
+def _chunk_starts(event_n_stats: np.ndarray, chunk_bytes: int) -> np.ndarray:
+    """Where chunks start (first event, first stat): the rule :func:`_xspace_numba.layout` applies as it walks."""
+    starts, cost, stat, new_chunk = [], 0, 0, True
+    for event, n_stats in enumerate(event_n_stats.tolist()):
+        if new_chunk:
+            starts.append((event, stat))
+            new_chunk = False
+        stat += n_stats
+        cost += _BYTES_PER_EVENT + n_stats * _BYTES_PER_STAT
+        if cost >= chunk_bytes:
+            new_chunk, cost = True, 0
+    return np.array(starts, dtype=np.int64).reshape(-1, 2)
+
+
+def _line_extent(line_n_events: np.ndarray, offset: np.ndarray, aggregate: np.ndarray, duration: np.ndarray) -> np.ndarray:
+    extent = np.zeros((len(line_n_events), 5), dtype=np.int64)
+    for line, last in enumerate(np.cumsum(line_n_events)):
+        first = last - line_n_events[line]
+        offsets, timed = offset[first:last], ~aggregate[first:last]
+        extent[line] = (timed.sum(), offsets[timed].min(initial=2**63 - 1), offsets.min(initial=0),
+                        offsets.max(initial=0), duration[first:last].max(initial=0))
+    return extent
+
+
+def read_raw_python(data: bytes, *, source: str, chunk_bytes: int | None = None) -> RawSpace:
     """The reference decoder: parse with protobuf, then walk the objects."""
     _check_head(data, source)
     space = xplane_pb2.XSpace()
     try:
-        space.ParseFromString(data)
+        space.ParseFromString(bytes(data))
     except DecodeError as exc:
         raise IngestError(source, f"not a valid XSpace protobuf (truncated or corrupt): {exc}") from None
     _check_planes(list(space.planes), source)
+    _check_memory(sum(len(line.events) for plane in space.planes for line in plane.lines),
+                  sum(len(event.stats) for plane in space.planes for line in plane.lines for event in line.events),
+                  source)
     line_plane, line_scalars, line_names, line_display = [], [], [], []
     events: list[tuple[int, int, int, bool, int, int]] = []
     stat_rows: list[tuple[int, int, int, float]] = []
@@ -171,11 +246,10 @@ def read_raw_python(data: bytes, *, source: str) -> RawSpace:
     line_array = np.array(line_scalars, dtype=np.int64).reshape(-1, 5)
     event_array = np.array(events, dtype=np.int64).reshape(-1, 6)
     stat_array = np.array([r[:3] for r in stat_rows], dtype=np.int64).reshape(-1, 3)
-    return RawSpace(
-        hostnames=list(space.hostnames), errors=list(space.errors), warnings=list(space.warnings), planes=planes,
-        line_plane=np.array(line_plane, dtype=np.int32), line_id=line_array[:, 0], line_display_id=line_array[:, 1],
-        line_name=line_names, line_display_name=line_display, line_timestamp_ns=line_array[:, 2],
-        line_duration_ps=line_array[:, 3], line_n_events=line_array[:, 4],
+    line_n_events = line_array[:, 4]
+    everything = RawEvents(
+        first_event=0, first_stat=0,
+        event_line=np.repeat(np.arange(len(line_n_events), dtype=np.int32), line_n_events),
         event_metadata_id=event_array[:, 0], event_offset_ps=event_array[:, 1],
         event_num_occurrences=event_array[:, 2], event_is_aggregate=event_array[:, 3].astype(bool),
         event_duration_ps=event_array[:, 4], event_n_stats=event_array[:, 5],
@@ -183,48 +257,113 @@ def read_raw_python(data: bytes, *, source: str) -> RawSpace:
         stat_double=np.array([r[3] for r in stat_rows], dtype=np.float64),
         stat_text=pa.array(texts, pa.binary()),
     )
+    chunk_starts = _chunk_starts(everything.event_n_stats, chunk_bytes or CHUNK_BYTES)
+    bounds = np.vstack([chunk_starts, [[everything.n_events, everything.n_stats]]])
+
+    def read_chunk(index: int) -> RawEvents:
+        (e0, s0), (e1, s1) = bounds[index], bounds[index + 1]
+        per_event = {name: getattr(everything, name)[e0:e1] for name in RawEvents.__dataclass_fields__
+                     if name.startswith("event_")}
+        per_stat = {name: getattr(everything, name)[s0:s1] for name in RawEvents.__dataclass_fields__
+                    if name.startswith("stat_")}
+        return RawEvents(first_event=int(e0), first_stat=int(s0), **per_event, **per_stat)
+
+    full_planes = list(space.planes)
+    return RawSpace(
+        hostnames=list(space.hostnames), errors=list(space.errors), warnings=list(space.warnings), planes=planes,
+        line_plane=np.array(line_plane, dtype=np.int32), line_id=line_array[:, 0], line_display_id=line_array[:, 1],
+        line_name=line_names, line_display_name=line_display, line_timestamp_ns=line_array[:, 2],
+        line_duration_ps=line_array[:, 3], line_n_events=line_n_events,
+        line_extent=_line_extent(line_n_events, everything.event_offset_ps, everything.event_is_aggregate,
+                                 everything.event_duration_ps),
+        n_events=everything.n_events, n_stats=everything.n_stats, chunk_starts=chunk_starts,
+        read_chunk=read_chunk, plane_with_lines=full_planes.__getitem__,
+    )
 
 
-def read_raw_fast(data: bytes, *, source: str) -> RawSpace:
-    """The numba decoder: one compiled walk over the wire format (two passes: count, then fill)."""
+def read_raw_fast(data: bytes, *, source: str, chunk_bytes: int | None = None) -> RawSpace:
+    """The numba decoder: one walk over the file for its layout, then one per chunk of events."""
     from xprosql.ingest import _xspace_numba
 
     _check_head(data, source)
     buf = np.frombuffer(data, dtype=np.uint8)
     try:
-        counts = _xspace_numba.count(buf)
-        _check_memory(counts, source)
-        out = _xspace_numba.decode(buf, counts)
+        found = dict(zip(_xspace_numba.LAYOUT_FIELDS,
+                         _xspace_numba.layout(buf, _BYTES_PER_EVENT, _BYTES_PER_STAT, chunk_bytes or CHUNK_BYTES)))
     except ValueError as exc:
         raise IngestError(source, f"not a valid XSpace protobuf (truncated or corrupt): {exc}") from None
-    (plane_ranges, plane_skips, line_plane, line_ints, line_text, event_ints, event_aggregate,
-     stat_mid, stat_kind, stat_int, stat_double, space_text) = out
+    drop_pages(data)
+    n_events, n_stats = (int(n) for n in found["counts"])
+    line_ints, line_text, line_range, chunks = found["line_ints"], found["line_text"], found["line_range"], found["chunks"]
 
     def text(start: int, end: int) -> str:
         try:
-            return data[start:end].decode()
+            return bytes(data[start:end]).decode()
         except UnicodeDecodeError:
             raise IngestError(source, "not a valid XSpace protobuf (truncated or corrupt): invalid UTF-8 in a string") from None
 
-    planes = []
-    for index, (start, end) in enumerate(plane_ranges):
-        # The plane without its lines: the bytes between the line fields, parsed by protobuf.
-        skips = plane_skips[plane_skips[:, 0] == index][:, 1:]
-        pieces, cursor = [], start
-        for skip_start, skip_end in skips:
-            pieces.append(data[cursor:skip_start])
-            cursor = skip_end
-        pieces.append(data[cursor:end])
+    def parse_plane(index: int, *, with_lines: bool) -> xplane_pb2.XPlane:
+        start, end = (int(i) for i in found["plane_ranges"][index])
+        if with_lines:
+            pieces = [data[start:end]]
+        else:  # the bytes between the line fields
+            skips = found["plane_skips"][found["plane_skips"][:, 0] == index][:, 1:]
+            pieces, cursor = [], start
+            for skip_start, skip_end in skips:
+                pieces.append(data[cursor:skip_start])
+                cursor = skip_end
+            pieces.append(data[cursor:end])
         plane = xplane_pb2.XPlane()
         try:
             plane.ParseFromString(b"".join(pieces))
         except DecodeError as exc:
             raise IngestError(source, f"not a valid XSpace protobuf (truncated or corrupt): {exc}") from None
-        planes.append(plane)
+        return plane
+
+    planes = [parse_plane(i, with_lines=False) for i in range(len(found["plane_ranges"]))]
     _check_planes(planes, source)
     space_strings: dict[int, list[str]] = {2: [], 3: [], 4: []}
-    for field, start, end in space_text:
-        space_strings[int(field)].append(text(start, end))
+    for field_number, start, end in found["space_text"]:
+        space_strings[int(field_number)].append(text(start, end))
+    bounds = np.vstack([chunks[:, 2:], [[n_events, n_stats]]])
+
+    def read_chunk(index: int) -> RawEvents:
+        (e0, s0), (e1, s1) = (int(i) for i in bounds[index]), (int(i) for i in bounds[index + 1])
+        events, stats = e1 - e0, s1 - s0
+        event_line, event_aggregate = np.empty(events, np.int32), np.empty(events, np.bool_)
+        event_ints = np.empty((5, events), np.int64)
+        stat_mid, stat_kind, stat_int, stat_double = (np.empty(stats, np.int64), np.empty(stats, np.int8),
+                                                      np.empty(stats, np.int64), np.empty(stats, np.float64))
+        try:
+            _xspace_numba.fill(buf, line_range, int(chunks[index, 0]), int(chunks[index, 1]), event_line, event_ints,
+                               event_aggregate, stat_mid, stat_kind, stat_int, stat_double)
+        except ValueError as exc:
+            raise IngestError(source, f"not a valid XSpace protobuf (truncated or corrupt): {exc}") from None
+        stat_text = _stat_text(buf, stat_kind, stat_int, stat_double)
+        drop_pages(data)
+        return RawEvents(
+            first_event=e0, first_stat=s0, event_line=event_line,
+            # event_ints holds one row per field: each column is contiguous.
+            event_metadata_id=event_ints[0], event_offset_ps=event_ints[1], event_num_occurrences=event_ints[2],
+            event_is_aggregate=event_aggregate, event_duration_ps=event_ints[3], event_n_stats=event_ints[4],
+            stat_metadata_id=stat_mid, stat_kind=stat_kind, stat_int=stat_int, stat_double=stat_double,
+            stat_text=stat_text,
+        )
+
+    return RawSpace(
+        hostnames=space_strings[4], errors=space_strings[2], warnings=space_strings[3], planes=planes,
+        line_plane=found["line_plane"], line_id=line_ints[:, 0], line_display_id=line_ints[:, 1],
+        line_name=[text(s, e) for s, e in line_text[:, 0:2]],
+        line_display_name=[text(s, e) for s, e in line_text[:, 2:4]],
+        line_timestamp_ns=line_ints[:, 2], line_duration_ps=line_ints[:, 3], line_n_events=line_ints[:, 4],
+        line_extent=found["line_extent"], n_events=n_events, n_stats=n_stats, chunk_starts=chunks[:, 2:],
+        read_chunk=read_chunk, plane_with_lines=lambda index: parse_plane(index, with_lines=True),
+    )
+
+
+def _stat_text(buf: np.ndarray, stat_kind: np.ndarray, stat_int: np.ndarray, stat_double: np.ndarray) -> pa.Array:
+    """The str and bytes stat values as an Arrow binary array (their byte ranges, left by fill(), set back to 0)."""
+    from xprosql.ingest import _xspace_numba
 
     # Arrow binary offsets are int32: more than 2 GiB of stat text needs large_binary (and fails the cast below).
     wide = _xspace_numba.text_size(stat_kind, stat_int, stat_double) >= 2**31
@@ -234,17 +373,4 @@ def read_raw_fast(data: bytes, *, source: str) -> RawSpace:
     validity = pa.py_buffer(np.packbits(is_text, bitorder="little")) if len(is_text) else None
     stat_text = pa.Array.from_buffers(pa.large_binary() if wide else pa.binary(), len(is_text),
                                       [validity, pa.py_buffer(offsets), pa.py_buffer(gathered)])
-    if wide:
-        stat_text = stat_text.cast(pa.binary())
-    return RawSpace(
-        hostnames=space_strings[4], errors=space_strings[2], warnings=space_strings[3], planes=planes,
-        line_plane=line_plane, line_id=line_ints[:, 0], line_display_id=line_ints[:, 1],
-        line_name=[text(s, e) for s, e in line_text[:, 0:2]],
-        line_display_name=[text(s, e) for s, e in line_text[:, 2:4]],
-        line_timestamp_ns=line_ints[:, 2], line_duration_ps=line_ints[:, 3], line_n_events=line_ints[:, 4],
-        # event_ints holds one row per field: each column is contiguous.
-        event_metadata_id=event_ints[0], event_offset_ps=event_ints[1], event_num_occurrences=event_ints[2],
-        event_is_aggregate=event_aggregate, event_duration_ps=event_ints[3], event_n_stats=event_ints[4],
-        stat_metadata_id=stat_mid, stat_kind=stat_kind, stat_int=stat_int, stat_double=stat_double,
-        stat_text=stat_text,
-    )
+    return stat_text.cast(pa.binary()) if wide else stat_text
