@@ -30,7 +30,7 @@ import os
 import signal
 import sys
 import time
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -157,7 +157,11 @@ def find_profiles(source: str | os.PathLike[str]) -> list[Path]:
     return [path]
 
 
-def _decoder(path: Path, head: bytes):
+# A decoder: the bytes of one file (and its name, for errors) to (table, record batch) pairs.
+_Decoder = Callable[..., Iterator[tuple[str, pa.RecordBatch]]]
+
+
+def _decoder(path: Path, head: bytes) -> _Decoder:
     """XSpace by name; JSON (plain or gzipped) by name or content (``head``: the file's first bytes); else XSpace,
     whose errors say what it is."""
     if path.name.endswith(XSPACE_SUFFIX):
@@ -259,25 +263,27 @@ def _ingest_one(path: Path, warehouse: Warehouse, report: IngestReport, *, tags:
 
 
 @contextmanager
-def _contents(path: Path) -> Iterator[bytes | mmap.mmap]:
-    """The file's bytes. An XSpace is mapped rather than read: its decoder walks it a chunk at a time and drops the
-    pages it is done with, so a file larger than memory still ingests. JSON is read whole: it must fit."""
+def _contents(path: Path) -> Iterator[tuple[bytes | mmap.mmap, _Decoder]]:
+    """The file's bytes and its decoder. An XSpace is mapped rather than read: its decoder walks it a chunk at a
+    time and drops the pages it is done with, so a file larger than memory still ingests. JSON is read whole: it
+    must fit."""
     try:
         with open(path, "rb") as file:
             size = os.fstat(file.fileno()).st_size
-            head = file.read(4096)
-            if size and _decoder(path, head) is decode_xspace:
+            decoder = _decoder(path, file.read(4096))
+            file.seek(0)
+            if size and decoder is decode_xspace:
                 data: bytes | mmap.mmap = mmap.mmap(file.fileno(), 0, access=mmap.ACCESS_READ)
             else:
                 available = xspace_wire.available_memory()
                 if available is not None and size > available:  # fail clearly rather than be killed reading it
                     raise IngestError(path, f"too large to read: {size / 2**30:.1f} GiB, "
                                             f"{available / 2**30:.1f} GiB of memory is free")
-                data = head + file.read()
+                data = file.read()
     except OSError as exc:
         raise IngestError(path, f"cannot read: {exc.strerror or exc}") from None
     try:
-        yield data
+        yield data, decoder
     finally:
         if isinstance(data, mmap.mmap):
             try:
@@ -287,7 +293,7 @@ def _contents(path: Path) -> Iterator[bytes | mmap.mmap]:
 
 
 def _ingest_file(path: Path, warehouse: Warehouse, *, tags: Mapping[str, str] | None) -> tuple[ProfileIngested, bool]:
-    with _contents(path) as data:
+    with _contents(path) as (data, decoder):
         sha256 = hashlib.sha256(data).hexdigest()
         xspace_wire.drop_pages(data)
         profile_id = sha256[:16]  # profile_id_of(data), hashed once
@@ -297,7 +303,7 @@ def _ingest_file(path: Path, warehouse: Warehouse, *, tags: Mapping[str, str] | 
         with warehouse.stage(profile_id) as staged:
             try:
                 decoded = DecodedTables()
-                for table, batch in _decoder(path, data[:4096])(data, source=str(path)):
+                for table, batch in decoder(data, source=str(path)):
                     if table == "profiles":
                         batch = _complete_profile_row(batch, path=path, size=len(data), sha256=sha256, run=run,
                                                       host=host, tags=tags or {})

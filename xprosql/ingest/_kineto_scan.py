@@ -343,6 +343,18 @@ def _next(buf, n, pos):
 
 
 @njit(cache=True, inline="always")
+def _quoted(buf, n, pos, arena, strings, table, counts):
+    """The string value whose opening quote is at ``pos``: (its id, -1 when the string store is full; the position
+    after its closing quote, past ``n`` when it does not close in the piece). An escaped one is irregular."""
+    end, escaped = _string_end(buf, n, pos + 1)
+    if end >= n:
+        return -1, n + 1
+    if escaped:
+        raise ValueError("escaped string")
+    return _intern(buf, pos + 1, end, arena, strings, table, counts), end + 1
+
+
+@njit(cache=True, inline="always")
 def _args(buf, n, pos, row, s_owner, s_key, s_kind, s_a, s_float, fixes, n_stats, n_fixes, arena, strings, table,
           counts):
     """Rows of the args object at ``pos``: (_OK, position after it, n_stats, n_fixes), or (_INCOMPLETE | ROOM_*, ...)."""
@@ -374,13 +386,10 @@ def _args(buf, n, pos, row, s_owner, s_key, s_kind, s_a, s_float, fixes, n_stats
         c = buf[pos]
         kind, a, x, exact = V_NULL, np.int64(0), 0.0, False
         if c == 34:
-            end, escaped = _string_end(buf, n, pos + 1)
-            if end >= n:
+            a, after = _quoted(buf, n, pos, arena, strings, table, counts)
+            if after > n:
                 return _INCOMPLETE, pos, n_stats, n_fixes
-            if escaped:
-                raise ValueError("escaped string")
-            kind, a = V_STR, _intern(buf, pos + 1, end, arena, strings, table, counts)
-            pos = end + 1
+            kind, pos = V_STR, after
         elif c == 45 or 48 <= c <= 57:
             fits, value, is_int, end, x, exact = _number(buf, pos)
             if end >= n:
@@ -459,15 +468,12 @@ def _event(buf, n, pos, row, kinds, values, floats, arg_count, s_owner, s_key, s
             c = buf[pos]
             kind, a, x, exact = K_NONE, np.int64(0), 0.0, False
             if c == 34:
-                end, escaped = _string_end(buf, n, pos + 1)
-                if end >= n:
+                a, after = _quoted(buf, n, pos, arena, strings, table, counts)
+                if after > n:
                     return _INCOMPLETE, pos, n_stats, n_fixes
-                if escaped:
-                    raise ValueError("escaped string")
-                kind, a = K_STR, _intern(buf, pos + 1, end, arena, strings, table, counts)
                 if a < 0:
                     return ROOM_STRINGS, pos, n_stats, n_fixes
-                pos = end + 1
+                kind, pos = K_STR, after
             elif c == 45 or 48 <= c <= 57:
                 fits, value, is_int, end, x, exact = _number(buf, pos)
                 if end >= n:
