@@ -1,7 +1,7 @@
 """Ingest speed and peak memory against the reference tools, on the same files.
 
 Run: python benchmarks/ingest_speed.py FILE... [--repeat N] [--no-reference]
-(default: the real samples in ../shared/data; build large inputs with
+(default: the real samples in tests/data; build large inputs with
 make_large_xspace.py and make_large_kineto.py). Each measurement runs in a fresh
 process, which reports its wall time and peak RSS; the reference tool is XProf's
 C++ XSpace -> Parquet converter for *.xplane.pb and Holistic Trace Analysis'
@@ -23,7 +23,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-SHARED = Path(__file__).resolve().parents[2] / "shared" / "data"
+SHARED = Path(__file__).resolve().parents[1] / "tests" / "data"
 
 # Each prints {"seconds": wall time of the work, "peak_mb": peak RSS of the process, "baseline_mb": after imports}.
 _PRELUDE = """

@@ -1,4 +1,4 @@
-"""Build a fleet of N realistic profiles from the real samples in ../shared/data.
+"""Build a fleet of N realistic profiles from the real samples in tests/data.
 
 Run: python benchmarks/make_corpus.py --n 1000 --out /tmp/corpus [--seed 0] [--jobs 2]
 
@@ -44,7 +44,7 @@ from pathlib import Path
 
 from xprosql.protos import xplane_pb2
 
-SHARED = Path(__file__).resolve().parents[2] / "shared" / "data"
+SHARED = Path(__file__).resolve().parents[1] / "tests" / "data"
 SAMPLES = {
     "tpu_v6e_inference": (SHARED / "xspace" / "tpu_v6e_inference.xplane.pb", 0.40),
     "gpu_v100_tf_bert": (SHARED / "xspace" / "gpu_v100_tf_bert.xplane.pb", 0.28),

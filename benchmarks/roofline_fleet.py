@@ -3,7 +3,7 @@
 Run: python benchmarks/roofline_fleet.py [--profiles 200] [--warehouse DIR] [--repeat 5]
 
 Builds (once; reused when --warehouse already holds it) a warehouse of copies of
-the real XSpace samples in ../shared/data/xspace, alternating TPU v6e and V100:
+the real XSpace samples in tests/data/xspace, alternating TPU v6e and V100:
 each copy is the sample re-serialized with every line's timestamp shifted by
 its index (ns) and another hostname, so its bytes, and so its profile id,
 differ while its content stays real. Then times ``run.roofline()`` (DuckDB,
@@ -28,7 +28,7 @@ import xprosql
 from xprosql.protos import xplane_pb2
 from xprosql.queries.roofline import roofline_polars
 
-SAMPLES = Path(__file__).resolve().parents[2] / "shared" / "data" / "xspace"
+SAMPLES = Path(__file__).resolve().parents[1] / "tests" / "data" / "xspace"
 SOURCES = ("tpu_v6e_inference.xplane.pb", "gpu_v100_tf_bert.xplane.pb")
 
 

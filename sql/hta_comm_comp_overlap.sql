@@ -1,6 +1,6 @@
 -- hta_comm_comp_overlap: per GPU, the share of communication time during which
--- compute runs too (HTA's communication / computation overlap, REFERENCE
--- section 8).
+-- compute runs too (HTA's communication / computation overlap, docs/reference.md,
+-- HTA).
 --
 -- Built on hta_gpu_ops (included below, with its parameters). Overlap is the
 -- time both a COMMUNICATION op and a COMPUTATION op run, over the union of

@@ -8,7 +8,7 @@
 -- started before the last ProfilerStep began (before it ended with
 -- $include_last_step); with fewer annotations it keeps every op.
 --
--- Kinds (HTA's rules, REFERENCE section 8): COMMUNICATION names match
+-- Kinds (HTA's rules, docs/reference.md, HTA): COMMUNICATION names match
 -- ^nccl|ncclKernel|^hccl; MEMORY ^(hip)?Memcpy|^(hip)?Memset|^dma; COMPUTATION
 -- the rest, except names HTA also keeps out of compute (any Memcpy or Sync in
 -- the name, a leading Memset), which are OTHER.

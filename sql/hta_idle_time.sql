@@ -1,5 +1,5 @@
 -- hta_idle_time: per GPU stream, the gaps between consecutive ops split by
--- cause (HTA's idle time breakdown, REFERENCE section 8).
+-- cause (HTA's idle time breakdown, docs/reference.md, HTA).
 --
 -- Built on hta_gpu_ops (included below, with its parameters). On each stream,
 -- ops in start order; the gap before an op is its start minus the previous

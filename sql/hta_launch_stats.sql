@@ -1,6 +1,6 @@
 -- hta_launch_stats: one row per GPU op launched by a CUDA call, with the call's
 -- duration, the op's duration and the launch delay between them (HTA's CUDA
--- kernel launch statistics, REFERENCE section 8).
+-- kernel launch statistics, docs/reference.md, HTA).
 --
 -- Built on hta_gpu_ops (included below, with its parameters). Launch calls are
 -- cudaLaunchKernel, cudaLaunchKernelExC and MTIA's runFunction, plus

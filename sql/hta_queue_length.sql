@@ -1,5 +1,5 @@
 -- hta_queue_length: per GPU stream, the number of launched but not yet started
--- ops over time (HTA's queue length, REFERENCE section 8): +1 when a CUDA call
+-- ops over time (HTA's queue length, docs/reference.md, HTA): +1 when a CUDA call
 -- launches an op on the stream, -1 when the op starts.
 --
 -- Built on hta_gpu_ops (included below, with its parameters). Launch calls are

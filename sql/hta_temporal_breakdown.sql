@@ -1,6 +1,6 @@
 -- hta_temporal_breakdown: per GPU, how the time from its first op's start to
 -- its last op's end splits into idle, compute and non-compute time (HTA's
--- temporal breakdown, REFERENCE section 8).
+-- temporal breakdown, docs/reference.md, HTA).
 --
 -- Built on hta_gpu_ops (included below, with its parameters: HTA's iteration
 -- filter and optional microsecond rounding). Idle is that span minus the union

@@ -1,18 +1,18 @@
-"""Shared fixtures: the real profiles in ../shared/data and warehouses built from them."""
+"""Shared fixtures: the real profiles in tests/data (see its README) and warehouses built from them."""
 
 from __future__ import annotations
 
 import hashlib
-import os
 from pathlib import Path
 
 import pytest
 
 import xprosql
 
-SHARED_DATA = Path(os.environ.get("XPROSQL_SHARED_DATA", Path(__file__).resolve().parents[2] / "shared" / "data"))
-TPU_SAMPLE = SHARED_DATA / "xspace" / "tpu_v6e_inference.xplane.pb"
-GPU_SAMPLE = SHARED_DATA / "xspace" / "gpu_v100_tf_bert.xplane.pb"
+# The real profiles the tests read, copied into the repository with their licences: a clone tests itself.
+TEST_DATA = Path(__file__).resolve().parent / "data"
+TPU_SAMPLE = TEST_DATA / "xspace" / "tpu_v6e_inference.xplane.pb"
+GPU_SAMPLE = TEST_DATA / "xspace" / "gpu_v100_tf_bert.xplane.pb"
 XSPACE_SAMPLES = {"tpu": TPU_SAMPLE, "gpu": GPU_SAMPLE}
 
 
@@ -29,9 +29,6 @@ def tree_digest(root: Path) -> dict[str, str]:
 @pytest.fixture(scope="session")
 def xspace_warehouse(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """One warehouse holding both real XSpace samples."""
-    for sample in XSPACE_SAMPLES.values():
-        if not sample.exists():
-            pytest.skip(f"real sample missing: {sample}")
     root = tmp_path_factory.mktemp("wh") / "run"
     report = xprosql.ingest(list(XSPACE_SAMPLES.values()), into=root)
     assert report.ok, str(report)

@@ -12,7 +12,7 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import SHARED_DATA, TPU_SAMPLE
+from conftest import TEST_DATA, TPU_SAMPLE
 
 import xprosql
 from xprosql.cli import main
@@ -50,7 +50,7 @@ def logs(tmp_path_factory: pytest.TempPathFactory) -> Path:
         job = "a" if index % 2 else "b"
         target = root / job / f"run{index % 3}"
         target.mkdir(parents=True, exist_ok=True)
-        shutil.copy(SHARED_DATA / "kineto" / f"{name}.json.gz", target / f"{name}.json.gz")
+        shutil.copy(TEST_DATA / "kineto" / f"{name}.json.gz", target / f"{name}.json.gz")
     shutil.copy(TPU_SAMPLE, root / "b" / "run2" / "tpu.xplane.pb")
     (root / "xprosql.json").write_text(json.dumps({"tags": {"team": "ml", "job": "unset"}}))
     (root / "a" / "xprosql.json").write_text(json.dumps({"tags": {"job": "alpha", "gpus": 8}}))
@@ -175,8 +175,8 @@ def test_bad_metadata_file_fails_its_profiles_only(tmp_path: Path) -> None:
     logs = tmp_path / "logs"
     (logs / "good").mkdir(parents=True)
     (logs / "bad").mkdir()
-    shutil.copy(SHARED_DATA / "kineto" / "cpu_only.json.gz", logs / "good")
-    shutil.copy(SHARED_DATA / "kineto" / "triton_example.json.gz", logs / "bad")
+    shutil.copy(TEST_DATA / "kineto" / "cpu_only.json.gz", logs / "good")
+    shutil.copy(TEST_DATA / "kineto" / "triton_example.json.gz", logs / "bad")
     (logs / "bad" / "xprosql.json").write_text("{broken")
     report = xprosql.ingest(logs, into=tmp_path / "run")
     assert [Path(i.path).name for i in report.ingested] == ["cpu_only.json.gz"]

@@ -8,13 +8,13 @@ from pathlib import Path
 
 import polars as pl
 import pytest
-from conftest import GPU_SAMPLE, SHARED_DATA, TPU_SAMPLE
+from conftest import GPU_SAMPLE, TEST_DATA, TPU_SAMPLE
 
 import xprosql
 from xprosql.queries.analyses import analysis_text
 from xprosql.queries.bottlenecks import BOTTLENECK_CATEGORIES
 
-A100 = SHARED_DATA / "kineto" / "a100_nccl_rank0.json.gz"
+A100 = TEST_DATA / "kineto" / "a100_nccl_rank0.json.gz"
 
 
 def merge(intervals: list[tuple[int, int]]) -> list[tuple[int, int]]:
@@ -129,8 +129,6 @@ def test_gpu_v100_step_breakdown(run: xprosql.Run, rows: pl.DataFrame) -> None:
 
 
 def test_kineto_nccl_and_launch(tmp_path: Path) -> None:
-    if not A100.exists():
-        pytest.skip(f"real sample missing: {A100}")
     assert xprosql.ingest(A100, into=tmp_path / "run").ok
     run = xprosql.load(tmp_path / "run")
     steps = run.bottlenecks(scope="step")

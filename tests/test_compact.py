@@ -10,7 +10,7 @@ from pathlib import Path
 import polars as pl
 import pyarrow.parquet as pq
 import pytest
-from conftest import SHARED_DATA, TPU_SAMPLE
+from conftest import TEST_DATA, TPU_SAMPLE
 from test_batch import SMALL_KINETO, table_digest
 
 import xprosql
@@ -18,7 +18,7 @@ from xprosql.models import TABLES
 from xprosql.queries.analyses import analysis_text, bind_parameters
 from xprosql.warehouse import ROW_GROUP_ROWS, Warehouse
 
-KINETO = [SHARED_DATA / "kineto" / f"{name}.json.gz" for name in SMALL_KINETO]
+KINETO = [TEST_DATA / "kineto" / f"{name}.json.gz" for name in SMALL_KINETO]
 
 
 def _analyses(root: Path) -> dict[str, list[tuple]]:

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import polars as pl
 import pytest
-from conftest import SHARED_DATA
+from conftest import TEST_DATA
 
 import xprosql
 from xprosql.ingest import counters
@@ -24,7 +24,7 @@ from xprosql.models.tables import TABLES
 from xprosql.protos import xplane_pb2
 from xprosql.queries.utilization import gpu_flops
 
-CUPTI_COUNTERS = SHARED_DATA / "kineto" / "cupti_counters.json.gz"
+CUPTI_COUNTERS = TEST_DATA / "kineto" / "cupti_counters.json.gz"
 ALL_ONES = 0xFFFFFFFFFFFFFFFF
 TC = "VF_CHIP_TC_TCS_TC_MISC_TCS_STATS_TCS_STATS_COUNTERS_UNPRIVILEGED_COUNT_"
 needs_xprof = pytest.mark.skipif(importlib.util.find_spec("xprof") is None,
@@ -172,8 +172,6 @@ def test_utilization_is_cycle_weighted_with_the_busiest_sample(tmp_path: Path) -
 
 
 def test_cupti_counters_ranges_and_flops(tmp_path: Path) -> None:
-    if not CUPTI_COUNTERS.exists():
-        pytest.skip(f"real sample missing: {CUPTI_COUNTERS}")
     trace = json.loads(gzip.decompress(CUPTI_COUNTERS.read_bytes()))
     ranges = [e for e in trace["traceEvents"] if e.get("cat") == "cuda_profiler_range"]
     assert len(ranges) == 77

@@ -7,14 +7,14 @@ from pathlib import Path
 
 import polars as pl
 import pytest
-from conftest import GPU_SAMPLE, SHARED_DATA, TPU_SAMPLE
+from conftest import GPU_SAMPLE, TEST_DATA, TPU_SAMPLE
 
 import xprosql
 from xprosql.warehouse import Warehouse
 
 distributed = pytest.importorskip("distributed", reason="needs the dask extra: pip install 'xprosql[dask]'")
 
-KINETO = [SHARED_DATA / "kineto" / f"{name}.json.gz" for name in
+KINETO = [TEST_DATA / "kineto" / f"{name}.json.gz" for name in
           ("alexnet", "sampled_rank0", "sampled_rank1", "cupti_counters", "mi250_rocm", "cpu_only")]
 
 

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import polars as pl
 import pytest
-from conftest import SHARED_DATA
+from conftest import TEST_DATA
 
 import xprosql
 
@@ -27,8 +27,6 @@ CHANGE_AT = 5
 
 @pytest.fixture(scope="module")
 def fleet(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    if not (SHARED_DATA / "kineto" / "sampled_rank0.json.gz").exists():
-        pytest.skip("real sample missing")
     logs = tmp_path_factory.mktemp("fleet")
     for job in ("reg", "flat"):
         (logs / job).mkdir()

@@ -41,7 +41,7 @@ def _plane(space: xplane_pb2.XSpace, name: str) -> xplane_pb2.XPlane:
 
 
 def _embedded_protos(space: xplane_pb2.XSpace) -> list[tuple[int, str, bytes]]:
-    """(program_id, metadata name, HloProto bytes), located as REFERENCE.md section 1 says."""
+    """(program_id, metadata name, HloProto bytes), located as XProf stores them (/host:metadata plane)."""
     plane = _plane(space, "/host:metadata")
     names = {k: v.name for k, v in plane.stat_metadata.items()}
     found = []
@@ -73,8 +73,6 @@ def _instruction_count(blob: bytes) -> int:
 
 @pytest.fixture(scope="module")
 def tpu_space() -> xplane_pb2.XSpace:
-    if not TPU_SAMPLE.exists():
-        pytest.skip(f"TPU sample missing: {TPU_SAMPLE}")
     return _load_space(TPU_SAMPLE)
 
 

@@ -15,13 +15,13 @@ from typing import Any
 
 import polars as pl
 import pytest
-from conftest import SHARED_DATA
+from conftest import TEST_DATA
 
 import xprosql
 
 TRACES = {
-    "a100_nccl": SHARED_DATA / "kineto" / "a100_nccl_rank0.json.gz",
-    "sampled": SHARED_DATA / "kineto" / "sampled_rank0.json.gz",
+    "a100_nccl": TEST_DATA / "kineto" / "a100_nccl_rank0.json.gz",
+    "sampled": TEST_DATA / "kineto" / "sampled_rank0.json.gz",
 }
 PP = 0.5  # percentage points
 REL = 0.01  # launch statistics
@@ -32,8 +32,6 @@ def case(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactor
     """HTA's results and our warehouse for one trace."""
     pytest.importorskip("hta", reason="holistictraceanalysis (test extra) is not installed")
     source = TRACES[request.param]
-    if not source.exists():
-        pytest.skip(f"real sample missing: {source}")
     root = tmp_path_factory.mktemp(f"hta_{request.param}")
     trace_dir = root / "trace"
     trace_dir.mkdir()

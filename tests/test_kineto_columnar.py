@@ -1,6 +1,6 @@
 """The columnar Kineto decoder gives exactly the tables of the per-event reference decoder.
 
-Every real trace in ../shared/data/kineto goes through both; the irregular variants
+Every real trace in tests/data/kineto goes through both; the irregular variants
 (values of types Kineto does not write, which the columnar path hands to the
 reference path) are made here from a real trace, since no real file has them.
 """
@@ -14,14 +14,14 @@ from pathlib import Path
 
 import pyarrow as pa
 import pytest
-from conftest import SHARED_DATA
+from conftest import TEST_DATA
 
 from xprosql.errors import IngestError
 from xprosql.ingest import _kineto_columnar, _kineto_reference, _kineto_scan
 from xprosql.ingest.kineto import decode_kineto, load_trace
 
-TRACES = sorted((SHARED_DATA / "kineto").glob("*.json.gz"))
-SAMPLE = SHARED_DATA / "kineto" / "a100_nccl_rank0.json.gz"
+TRACES = sorted((TEST_DATA / "kineto").glob("*.json.gz"))
+SAMPLE = TEST_DATA / "kineto" / "a100_nccl_rank0.json.gz"
 
 
 def _tables(batches) -> dict[str, pa.Table]:
@@ -139,7 +139,7 @@ def test_pure_python_setting_gives_the_same_tables(monkeypatch: pytest.MonkeyPat
 
 
 # The text is scanned a piece at a time: piece ends fall inside events, keys, strings, escapes and numbers.
-SMALL = SHARED_DATA / "kineto" / "triton_example.json.gz"
+SMALL = TEST_DATA / "kineto" / "triton_example.json.gz"
 PIECE_SIZES = [*range(1, 48), 61, 127, 256, 1000, 4099]
 
 
@@ -179,7 +179,7 @@ def test_arrays_that_fill_up_grow(monkeypatch: pytest.MonkeyPatch) -> None:
                 event["ts"] += 0.1234567890123
             event["dur"] = 0.30000000000000004
 
-    data = _edit_trace(SHARED_DATA / "kineto" / "cupti_counters.json.gz", edit)
+    data = _edit_trace(TEST_DATA / "kineto" / "cupti_counters.json.gz", edit)
     monkeypatch.setattr(_kineto_scan.Scanner, "EVENTS_PER_BYTE", 0)
     monkeypatch.setattr(_kineto_scan.Scanner, "ARGS_PER_BYTE", 0)
     for name in ("FIXES", "STRINGS", "ARENA"):

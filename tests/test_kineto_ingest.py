@@ -1,4 +1,4 @@
-"""Kineto (PyTorch profiler) traces: every real trace in ../shared/data/kineto, counted against its raw JSON."""
+"""Kineto (PyTorch profiler) traces: every real trace in tests/data/kineto, counted against its raw JSON."""
 
 from __future__ import annotations
 
@@ -8,12 +8,12 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
-from conftest import GPU_SAMPLE, SHARED_DATA, tree_digest
+from conftest import GPU_SAMPLE, TEST_DATA, tree_digest
 
 import xprosql
 from xprosql.ingest import profile_id_of
 
-KINETO = SHARED_DATA / "kineto"
+KINETO = TEST_DATA / "kineto"
 TRACES = sorted(KINETO.glob("*.json.gz"))
 
 
@@ -23,8 +23,7 @@ def _raw(path: Path) -> dict:
 
 @pytest.fixture(scope="module")
 def kineto_run(tmp_path_factory: pytest.TempPathFactory) -> xprosql.Run:
-    if not TRACES:
-        pytest.skip(f"real Kineto traces missing: {KINETO}")
+    assert TRACES, f"real Kineto traces missing: {KINETO}"
     root = tmp_path_factory.mktemp("kineto") / "run"
     report = xprosql.ingest(KINETO, into=root)
     assert report.ok and len(report.ingested) == len(TRACES), str(report)
@@ -94,7 +93,7 @@ def test_devices_ranks_and_metadata(kineto_run: xprosql.Run) -> None:
     gpu0 = kineto_run.sql(
         "SELECT model, compute_capability, core_count, memory_bytes, peak_flops_per_s, peak_hbm_bytes_per_s, "
         "peak_source FROM devices WHERE profile_id = $p AND name = '/device:GPU:0'", {"p": pid}).rows()
-    # A 40 GB A100 board: REFERENCE.md's bf16 peak, and the 40 GB board's 1555 GB/s.
+    # A 40 GB A100 board: docs/reference.md's bf16 peak, and the 40 GB board's 1555 GB/s.
     assert gpu0 == [("NVIDIA A100-PG509-200", "8.0", 108, 42297524224, 312e12, 1555e9, "hardware_model")]
     streams = kineto_run.sql(
         "SELECT DISTINCT stream_id FROM tracks JOIN devices USING (profile_id, device_id) "

@@ -6,14 +6,14 @@ from pathlib import Path
 
 import polars as pl
 import pytest
-from conftest import GPU_SAMPLE, SHARED_DATA, TPU_SAMPLE
+from conftest import GPU_SAMPLE, TEST_DATA, TPU_SAMPLE
 
 import xprosql
 import xprosql.dask as shares_module
 from xprosql.queries.analyses import analysis_text, bind_parameters
 from xprosql.warehouse import Warehouse
 
-KINETO = [SHARED_DATA / "kineto" / f"{name}.json.gz" for name in ("a100_nccl_rank0", "sampled_rank0", "alexnet")]
+KINETO = [TEST_DATA / "kineto" / f"{name}.json.gz" for name in ("a100_nccl_rank0", "sampled_rank0", "alexnet")]
 
 
 @pytest.fixture(scope="module")

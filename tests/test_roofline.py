@@ -17,7 +17,7 @@ from pathlib import Path
 
 import polars as pl
 import pytest
-from conftest import GPU_SAMPLE, SHARED_DATA, TPU_SAMPLE
+from conftest import GPU_SAMPLE, TEST_DATA, TPU_SAMPLE
 from jax_profiles import JAX_ROOFLINE_PROGRAMS, jax_available, session_roofline_profile
 from polars.testing import assert_frame_equal
 
@@ -28,7 +28,7 @@ from xprosql.protos import xplane_pb2
 from xprosql.queries.analyses import analysis_parameters, analysis_text, bind_parameters
 from xprosql.queries.roofline import ROOFLINE_KEYS, roofline, roofline_polars
 
-KINETO_A100 = SHARED_DATA / "kineto" / "a100_nccl_rank0.json.gz"
+KINETO_A100 = TEST_DATA / "kineto" / "a100_nccl_rank0.json.gz"
 SQL_DIR = Path(__file__).resolve().parents[1] / "sql"
 # A CPU roof of the order of a small x86 server: 100 GFLOP/s, 20 GB/s (ridge 5 FLOP/byte).
 CPU_PEAKS = {"peak_flops_per_s": 1e11, "peak_hbm_bytes_per_s": 2e10}
@@ -335,9 +335,9 @@ def test_peaks_come_from_the_profile_then_the_chip_table_then_the_user(run: xpro
 
 
 def _reference_chip_table() -> dict[str, tuple[float, float]]:
-    """REFERENCE.md section 9: chip -> (bf16 TFLOP/s, HBM GB/s)."""
-    text = (SHARED_DATA.parent / "REFERENCE.md").read_text()
-    section = text.split("## 9.")[1].split("\n## ")[0]
+    """docs/reference.md, peak numbers: chip -> (bf16 TFLOP/s, HBM GB/s)."""
+    text = (Path(__file__).resolve().parents[1] / "docs" / "reference.md").read_text()
+    section = text.split("## Peak numbers")[1].split("\n## ")[0]
     table = {}
     for line in section.splitlines():
         cells = [c.strip() for c in line.strip().strip("|").split("|")]
@@ -347,10 +347,8 @@ def _reference_chip_table() -> dict[str, tuple[float, float]]:
 
 
 def test_chip_table_holds_the_reference_numbers_and_sql_matches_like_python() -> None:
-    if not (SHARED_DATA.parent / "REFERENCE.md").exists():
-        pytest.skip("REFERENCE.md is not beside the shared data")
     reference = _reference_chip_table()
-    # REFERENCE row -> a model string a profile carries for that chip.
+    # Reference row -> a model string a profile carries for that chip.
     models = {"A100 SXM 80GB": ("NVIDIA A100-SXM4-80GB", 85e9), "H100 SXM": ("NVIDIA H100 80GB HBM3", 85e9),
               "H200 SXM": ("NVIDIA H200", 150e9), "TPU v4": ("TPU v4", None), "TPU v5e": ("TPU v5 lite", None),
               "TPU v5p": ("TPU v5p", None), "TPU v6e (Trillium)": ("TPU v6 Lite", None), "TPU7x (Ironwood)": ("TPU7x", None)}

@@ -7,11 +7,11 @@ from pathlib import Path
 
 import polars as pl
 import pytest
-from conftest import GPU_SAMPLE, SHARED_DATA, TPU_SAMPLE
+from conftest import GPU_SAMPLE, TEST_DATA, TPU_SAMPLE
 
 import xprosql
 
-A100 = SHARED_DATA / "kineto" / "a100_nccl_rank0.json.gz"
+A100 = TEST_DATA / "kineto" / "a100_nccl_rank0.json.gz"
 
 
 def busy_in(intervals: list[tuple[int, int]], start: int, end: int) -> int:
@@ -100,8 +100,6 @@ def test_tpu_without_steps_is_one_step_per_device(xspace_run: xprosql.Run) -> No
 
 
 def test_pytorch_profiler_steps(tmp_path: Path) -> None:
-    if not A100.exists():
-        pytest.skip(f"real sample missing: {A100}")
     assert xprosql.ingest(A100, into=tmp_path / "run").ok
     run = xprosql.load(tmp_path / "run")
     steps = run.steps()

@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 import pytest
-from conftest import SHARED_DATA, XSPACE_SAMPLES
+from conftest import TEST_DATA, XSPACE_SAMPLES
 
 import xprosql
 from xprosql.errors import IngestError
@@ -210,6 +210,6 @@ def test_xspace_larger_than_free_memory_streams(tmp_path: Path, monkeypatch: pyt
 
 def test_json_larger_than_free_memory_is_refused_before_reading(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(xspace_wire, "available_memory", lambda: 100_000)  # less than the 0.7 MB sample
-    report = xprosql.ingest(SHARED_DATA / "kineto" / "a100_nccl_rank0.json.gz", into=tmp_path / "run")
+    report = xprosql.ingest(TEST_DATA / "kineto" / "a100_nccl_rank0.json.gz", into=tmp_path / "run")
     assert not report.ok and "too large to read: 0.0 GiB, 0.0 GiB of memory is free" in str(report)
     assert not (tmp_path / "run").exists()
