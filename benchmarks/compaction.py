@@ -15,7 +15,6 @@ import time
 from pathlib import Path
 
 import xprosql
-from xprosql.warehouse import Warehouse
 
 QUERIES = {
     "count events per profile": "SELECT profile_id, count(*) FROM events GROUP BY 1",
@@ -39,7 +38,7 @@ def measure(root: Path, label: str) -> None:
         print(f"{label}: {files} Parquet files")
         for name, sql in QUERIES.items():
             print(f"  {name}: {best(lambda q=sql: run.sql(q)):.3f} s")
-        print(f"  roofline: {best(run.roofline, repeat=1):.2f} s")
+        print(f"  roofline: {best(lambda: run.roofline().pl(), repeat=1):.2f} s")
 
 
 def main() -> None:
@@ -55,7 +54,7 @@ def main() -> None:
         assert report.ok, str(report)
         measure(root, f"{args.n} profiles, per-profile partitions")
         start = time.perf_counter()
-        report = Warehouse(root).compact()
+        report = xprosql.compact(root)
         print(f"compact: {time.perf_counter() - start:.1f} s: {report}")
         measure(root, f"{args.n} profiles, packed")
         if args.dask:
@@ -63,7 +62,7 @@ def main() -> None:
 
             with LocalCluster(n_workers=args.dask, threads_per_worker=1, dashboard_address=None) as cluster, Client(cluster) as client:
                 run = xprosql.load(root, cluster=client)
-                print(f"  roofline on a {args.dask}-worker LocalCluster: {best(run.roofline, repeat=2):.2f} s")
+                print(f"  roofline on a {args.dask}-worker LocalCluster: {best(lambda: run.roofline().pl(), repeat=2):.2f} s")
 
 
 if __name__ == "__main__":

@@ -26,7 +26,6 @@ import time
 from pathlib import Path
 
 import xprosql
-from xprosql.warehouse import Warehouse
 
 _XPROF = """
 import json, sys, time
@@ -85,7 +84,7 @@ def ingest(corpus: Path, warehouse: Path, jobs: int) -> None:
         flush=True,
     )
     start = time.perf_counter()
-    report = Warehouse(warehouse).compact()
+    report = xprosql.compact(warehouse)
     print(f"compact: {time.perf_counter() - start:.1f} s: {report}", flush=True)
 
 
@@ -96,18 +95,18 @@ def queries(warehouse: Path) -> dict[str, float]:
     print(f"warehouse: {profiles} profiles, {events} events, {files} Parquet files, generation {run._snapshot.generation}", flush=True)
     timings = {}
     timings["load"], _ = _timed("load (snapshot, views)", lambda: xprosql.load(warehouse).close())
-    timings["roofline"], frame = _timed("roofline (sql/roofline.sql), every profile", lambda: run.roofline())
+    timings["roofline"], frame = _timed("roofline (sql/ops/roofline.sql), every profile", lambda: run.roofline().pl())
     print(f"  roofline rows: {frame.height}")
-    timings["memory_bound"], _ = _timed("memory_bound (sql/memory_bound.sql), every profile", lambda: run.memory_bound())
-    timings["bottlenecks"], _ = _timed("bottlenecks (sql/bottlenecks.sql), every profile", lambda: run.bottlenecks(), repeat=1)
-    timings["steps"], _ = _timed("steps (sql/steps.sql), every profile", lambda: run.analysis("steps").pl())
+    timings["memory_bound"], _ = _timed("memory_bound (sql/ops/memory_bound.sql), every profile", lambda: run.memory_bound().pl())
+    timings["bottlenecks"], _ = _timed("bottlenecks (sql/steps/bottlenecks.sql), every profile", lambda: run.bottlenecks().pl(), repeat=1)
+    timings["steps"], _ = _timed("steps (sql/steps/steps.sql), every profile", lambda: run.analysis("steps").pl())
     cohorts = {"baseline": "tags['run'] IN ('0', '1', '2')", "candidate": "tags['run'] IN ('3', '4')"}
-    timings["compare"], frame = _timed("compare by op, two cohorts of the whole fleet", lambda: run.compare(**cohorts))
+    timings["compare"], frame = _timed("compare by op, two cohorts of the whole fleet", lambda: run.compare(**cohorts).pl())
     print(f"  compare rows: {frame.height}; top: {frame.row(0, named=True)['key']!r} ratio {frame.row(0, named=True)['time_ratio']:.3f}")
-    timings["compare_bottleneck"], _ = _timed("compare by bottleneck class", lambda: run.compare(**cohorts, by="bottleneck"))
+    timings["compare_bottleneck"], _ = _timed("compare by bottleneck class", lambda: run.compare(**cohorts, by="bottleneck").pl())
     timings["regressions"], frame = _timed("regressions per job tag", lambda: run.regressions(tag="job"), repeat=1)
     print(f"  changes found: {frame.height} in series {sorted(set(frame['series']))}")
-    timings["worst_steps"], _ = _timed("worst 10 steps", lambda: run.worst(by="step", n=10))
+    timings["worst_steps"], _ = _timed("worst 10 steps", lambda: run.worst(by="step", top=10).pl())
     print(f"peak RSS of the query process: {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1e6:.2f} GB", flush=True)
     run.close()
     return timings
@@ -166,7 +165,7 @@ def main() -> None:
         ingest(args.corpus, args.warehouse, args.jobs)
     elif args.compact:
         start = time.perf_counter()
-        report = Warehouse(args.warehouse).compact()
+        report = xprosql.compact(args.warehouse)
         print(f"compact: {time.perf_counter() - start:.1f} s: {report}", flush=True)
     timings = queries(args.warehouse)
     if not args.no_references:

@@ -91,10 +91,10 @@ def main() -> None:
     print(f"{len(run.profile_ids)} profiles, {n_events:,} events")
 
     first = timed(lambda: xprosql.load(warehouse).roofline())
-    frame = run.roofline()
-    sql = [timed(run.roofline) for _ in range(args.repeat)]
-    sql_cpu = min(cpu_seconds(run.roofline) for _ in range(args.repeat))
-    polars = [timed(lambda: roofline_polars(run)) for _ in range(args.repeat)]
+    frame = run.roofline().pl()
+    sql = [timed(lambda: run.roofline().pl()) for _ in range(args.repeat)]
+    sql_cpu = min(cpu_seconds(lambda: run.roofline().pl()) for _ in range(args.repeat))
+    polars = [timed(lambda: roofline_polars(run.engine)) for _ in range(args.repeat)]
     profiles = frame.filter(frame["row_kind"] == "profile").height
     print(f"one roofline query -> {frame.height} rows, {profiles} profile rows; "
           f"{os.cpu_count()} cores, load average {os.getloadavg()[0]:.1f}")

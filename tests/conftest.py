@@ -43,3 +43,40 @@ def jax_cpu_profile(tmp_path_factory: pytest.TempPathFactory) -> Path:
     if not jax_available():
         pytest.skip("jax is not installed (test extra): cannot generate a JAX CPU profile")
     return make_jax_cpu_profile(tmp_path_factory.mktemp("jaxlog"))
+
+
+def analysis_text(name: str) -> str:
+    """The runnable SQL of an analysis or a private module of the library (includes expanded)."""
+    from xprosql.engine.library import library
+
+    return library().text(library().module(name, private=True).id)
+
+
+def bound_parameters(name: str, params: dict | None = None) -> dict:
+    """``params`` completed with the module's defaults, only those its text uses (as the engine passes them)."""
+    from xprosql.engine.library import library, placeholders
+
+    lib = library()
+    module_id = lib.module(name, private=True).id
+    used = placeholders(lib.text(module_id))
+    return {k: v for k, v in lib.bind(module_id, params or {}).items() if k in used}
+
+
+# Every real profile of tests/data: the input of the catalogue contract and the golden tests.
+ALL_SAMPLES = sorted([*(TEST_DATA / "xspace").glob("*.xplane.pb"), *(TEST_DATA / "kineto").glob("*.json.gz")])
+
+
+@pytest.fixture(scope="session")
+def samples_warehouse(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """One warehouse holding every real sample of tests/data, unpacked."""
+    assert len(ALL_SAMPLES) >= 15, f"real samples missing from {TEST_DATA}"
+    root = tmp_path_factory.mktemp("samples") / "run"
+    report = xprosql.ingest(ALL_SAMPLES, into=root, compact=False)
+    assert report.ok and len(report.ingested) == len(ALL_SAMPLES), str(report)
+    return root
+
+
+def cohort_parameters(run: xprosql.Run) -> dict[str, list[str]]:
+    """Two cohorts for the fleet comparisons: the XSpace profiles against the Kineto ones."""
+    ids = dict(run.sql("SELECT format, list(profile_id ORDER BY profile_id) FROM profiles GROUP BY 1").rows())
+    return {"baseline": ids["xspace"], "candidate": ids["kineto"]}

@@ -29,7 +29,7 @@ def run(xspace_warehouse: Path) -> xprosql.Run:
 
 @pytest.fixture(scope="module")
 def tpu_ops(run: xprosql.Run) -> pl.DataFrame:
-    return run.async_ops(profiles=[_profile_id(run, TPU_SAMPLE.name)])
+    return run.async_ops(profiles=[_profile_id(run, TPU_SAMPLE.name)]).pl()
 
 
 def test_tpu_every_copy_start_has_its_done(run: xprosql.Run, tpu_ops: pl.DataFrame) -> None:
@@ -90,7 +90,7 @@ def test_tpu_async_line_and_op_line_agree(run: xprosql.Run, tpu_ops: pl.DataFram
     pid = tpu_ops["profile_id"][0]
     line = tpu_ops.filter(pl.col("source") == "async_line")
     assert set(line["device_id"]) == {0} and line.height == 600
-    paired = run.async_ops(profiles=[pid], prefer_async_line=False).filter(pl.col("device_id") == 0)
+    paired = run.async_ops(profiles=[pid], prefer_async_line=False).pl().filter(pl.col("device_id") == 0)
     assert set(paired["source"]) == {"op_line"}
     columns = ["start_op", "done_op", "start_ps", "end_ps", "window_ps", "covered_ps", "bytes"]
     assert line.select(columns).sort("start_ps", "start_op").equals(paired.select(columns).sort("start_ps", "start_op"))
@@ -101,14 +101,14 @@ def test_tpu_copies_are_exposed_and_thresholds_are_parameters(run: xprosql.Run, 
     assert (tpu_ops["coverage"] < 0.1).all()
     assert set(tpu_ops["status"]) == {"exposed"}
     assert (tpu_ops["exposed_ps"] + tpu_ops["covered_ps"] == tpu_ops["window_ps"]).all()
-    relaxed = run.async_ops(profiles=[tpu_ops["profile_id"][0]], hidden_coverage=0.02, exposed_coverage=0.0)
+    relaxed = run.async_ops(profiles=[tpu_ops["profile_id"][0]], hidden_coverage=0.02, exposed_coverage=0.0).pl()
     expected = [("hidden" if c >= 0.02 else "exposed" if c <= 0.0 else "partial") for c in relaxed["coverage"]]
     assert relaxed["status"].to_list() == expected
     assert {"hidden", "exposed"} <= set(expected)  # the thresholds moved ops both ways
 
 
 def test_tpu_summary(run: xprosql.Run, tpu_ops: pl.DataFrame) -> None:
-    summary = run.async_summary(profiles=[tpu_ops["profile_id"][0]]).sort("direction")
+    summary = run.async_summary(profiles=[tpu_ops["profile_id"][0]]).pl().sort("direction")
     assert summary.select("kind", "direction", "devices", "ops", "unpaired", "exposed").rows() == [
         ("host_offload", "from_host", 4, 1200, 0, 1200),
         ("host_offload", "to_host", 4, 1200, 0, 1200),
@@ -122,7 +122,7 @@ def test_tpu_summary(run: xprosql.Run, tpu_ops: pl.DataFrame) -> None:
 
 
 def test_gpu_v100_memcpy_windows(run: xprosql.Run) -> None:
-    ops = run.async_ops(profiles=[_profile_id(run, GPU_SAMPLE.name)])
+    ops = run.async_ops(profiles=[_profile_id(run, GPU_SAMPLE.name)]).pl()
     copies = ops.filter(pl.col("source") == "memcpy")
     assert set(copies["kind"]) == {"memcpy_HtoD", "memcpy_DtoH"}
     assert copies.height == run.sql("SELECT count(*) FROM memcpys WHERE profile_id = $p", {"p": ops["profile_id"][0]}).rows()[0][0]
@@ -145,7 +145,7 @@ def kineto_run(tmp_path_factory: pytest.TempPathFactory) -> xprosql.Run:
 
 
 def test_nccl_kernels_with_bytes_from_the_trace(kineto_run: xprosql.Run) -> None:
-    ops = kineto_run.async_ops(kinds=["nccl_all_reduce", "nccl_broadcast"])
+    ops = kineto_run.async_ops(kinds=["nccl_all_reduce", "nccl_broadcast"]).pl()
     # Expected from the raw JSON: NCCL kernels, their collective and In msg nelems x 4 (Float).
     raw = json.loads(gzip.decompress(A100.read_bytes()))["traceEvents"]
     nccl = [e for e in raw if e.get("cat") == "kernel" and e["name"].startswith("nccl")]
@@ -205,7 +205,7 @@ def built_ops(tmp_path_factory: pytest.TempPathFactory) -> tuple[xprosql.Run, pl
     path.write_bytes(_tpu_space_with_async_ops())
     assert xprosql.ingest(path, into=root / "run").ok
     run = xprosql.load(root / "run")
-    return run, run.async_ops().sort("start_ps")
+    return run, run.async_ops().pl().sort("start_ps")
 
 
 def test_hand_built_pairs_kinds_and_coverage(built_ops: tuple[xprosql.Run, pl.DataFrame]) -> None:
@@ -226,7 +226,7 @@ def test_hand_built_dma_stall_and_threshold(built_ops: tuple[xprosql.Run, pl.Dat
     run, ops = built_ops
     assert ops["dma_stall_ps"].to_list() == [123_456, None, None, None, None]
     # the all-reduce is 89% covered: partial at XProf's 0.9, hidden at 0.85
-    relaxed = run.async_ops(hidden_coverage=0.85).filter(pl.col("start_op") == "all-reduce-start")
+    relaxed = run.async_ops(hidden_coverage=0.85).pl().filter(pl.col("start_op") == "all-reduce-start")
     assert relaxed["status"].to_list() == ["hidden"]
-    summary = run.async_summary().filter(pl.col("kind") == "host_offload")
+    summary = run.async_summary().pl().filter(pl.col("kind") == "host_offload")
     assert summary.select("ops", "dma_stall_ps", "open_ps").rows() == [(1, 123_456, 2_000_000)]

@@ -157,8 +157,8 @@ def test_tags_from_metadata_files_and_options(logs: Path, tmp_path: Path) -> Non
     assert len(alpha.connection.execute("SELECT * FROM events").fetchall()) == run.sql(
         "SELECT count(*) FROM events JOIN profiles USING (profile_id) WHERE tags['job'] = 'alpha'"
     ).rows()[0][0]
-    assert all(any(f"profile_id={p}" in f for p in alpha.profile_ids) for f in alpha._files["events"])
-    assert len(alpha._files["events"]) == 4 < len(run._files["events"])
+    assert all(any(f"profile_id={p}" in f for p in alpha.profile_ids) for f in alpha.engine.snapshot.files("events"))
+    assert len(alpha.engine.snapshot.files("events")) == 4 < len(run.engine.snapshot.files("events"))
 
 
 def test_metadata_file_format(tmp_path: Path) -> None:

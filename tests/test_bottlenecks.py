@@ -8,10 +8,9 @@ from pathlib import Path
 
 import polars as pl
 import pytest
-from conftest import GPU_SAMPLE, TEST_DATA, TPU_SAMPLE
+from conftest import GPU_SAMPLE, TEST_DATA, TPU_SAMPLE, analysis_text, bound_parameters
 
 import xprosql
-from xprosql.queries.analyses import analysis_text
 from xprosql.queries.bottlenecks import BOTTLENECK_CATEGORIES
 
 A100 = TEST_DATA / "kineto" / "a100_nccl_rank0.json.gz"
@@ -48,7 +47,7 @@ def run(xspace_warehouse: Path) -> xprosql.Run:
 
 @pytest.fixture(scope="module")
 def rows(run: xprosql.Run) -> pl.DataFrame:
-    return run.bottlenecks()
+    return run.bottlenecks().pl()
 
 
 def _pid(run: xprosql.Run, name: str) -> str:
@@ -61,7 +60,7 @@ def test_categories_sum_to_step_time(run: xprosql.Run, rows: pl.DataFrame) -> No
     shares = pl.sum_horizontal([f"{c}_share" for c in BOTTLENECK_CATEGORIES])
     assert ((rows.select(shares).to_series() - 1).abs() < 1e-9).all()
     # step rows agree with sql/steps.sql on wall and busy time
-    steps = run.steps().select("profile_id", "device_id", "step_index", "wall_ps", "busy_ps")
+    steps = run.steps().pl().select("profile_id", "device_id", "step_index", "wall_ps", "busy_ps")
     joined = rows.filter(pl.col("scope") == "step").join(steps, on=["profile_id", "device_id", "step_index"])
     assert joined.height == steps.height
     assert (joined["step_ps"] == joined["wall_ps"]).all() and (joined["busy_ps"] == joined["busy_ps_right"]).all()
@@ -74,7 +73,7 @@ def test_tpu_primary_bottleneck_is_exposed_host_offload(run: xprosql.Run, rows: 
     assert profile["devices"] == 4
     # Independent check: per device, host-offload windows not covered by any other op.
     duration = run.sql("SELECT duration_ps FROM profiles WHERE profile_id = $p", {"p": pid}).rows()[0][0]
-    windows = run.async_ops(profiles=[pid]).select("device_id", "start_ps", "end_ps").rows()
+    windows = run.async_ops(profiles=[pid]).pl().select("device_id", "start_ps", "end_ps").rows()
     ops = run.sql(
         "SELECT e.device_id, e.start_ps, e.start_ps + e.dur_ps FROM events e JOIN tracks t USING (profile_id, device_id, track_id) "
         "WHERE t.name = 'XLA Ops' AND e.profile_id = $p AND NOT regexp_matches(e.hlo_op, '-(start|done)(\\.[0-9]+)?$')",
@@ -95,7 +94,7 @@ def test_tpu_primary_bottleneck_is_exposed_host_offload(run: xprosql.Run, rows: 
 
 def test_thresholds_are_parameters(run: xprosql.Run) -> None:
     pid = _pid(run, TPU_SAMPLE.name)
-    strict = run.bottlenecks(profiles=[pid], scope="profile", data_transfer_bound_share=0.9)
+    strict = run.bottlenecks(profiles=[pid], scope="profile", data_transfer_bound_share=0.9).pl()
     # exposed copies no longer qualify; host wait (19%) is below XProf's 50%: memory-bound ops remain
     assert strict["primary_bottleneck"].to_list() == ["memory_bound"]
     assert strict["exposed_host_offload_share"][0] > 0.5
@@ -112,9 +111,7 @@ def test_profiles_rank_in_one_query(run: xprosql.Run) -> None:
 
 
 def _defaults() -> dict[str, object]:
-    from xprosql.queries.analyses import bind_parameters
-
-    return bind_parameters("bottlenecks", {})
+    return bound_parameters("bottlenecks")
 
 
 def test_gpu_v100_step_breakdown(run: xprosql.Run, rows: pl.DataFrame) -> None:
@@ -131,7 +128,7 @@ def test_gpu_v100_step_breakdown(run: xprosql.Run, rows: pl.DataFrame) -> None:
 def test_kineto_nccl_and_launch(tmp_path: Path) -> None:
     assert xprosql.ingest(A100, into=tmp_path / "run").ok
     run = xprosql.load(tmp_path / "run")
-    steps = run.bottlenecks(scope="step")
+    steps = run.bottlenecks(scope="step").pl()
     assert steps["step"].to_list() == [4, 5, 6]
     # NCCL all-reduces partly uncovered by compute, and launch latency, in every step
     assert (steps["exposed_collective_ps"] > 0).all() and (steps["launch_overhead_ps"] > 0).all()

@@ -10,12 +10,11 @@ from pathlib import Path
 import polars as pl
 import pyarrow.parquet as pq
 import pytest
-from conftest import TEST_DATA, TPU_SAMPLE
+from conftest import TEST_DATA, TPU_SAMPLE, analysis_text
 from test_batch import SMALL_KINETO, table_digest
 
 import xprosql
 from xprosql.models import TABLES
-from xprosql.queries.analyses import analysis_text, bind_parameters
 from xprosql.warehouse import ROW_GROUP_ROWS, Warehouse
 
 KINETO = [TEST_DATA / "kineto" / f"{name}.json.gz" for name in SMALL_KINETO]
@@ -28,7 +27,7 @@ def _analyses(root: Path) -> dict[str, list[tuple]]:
             # without category: top_ops takes any_value() of an op's categories.
             # As text: a share of an all-zero track is NaN, and NaN != NaN.
             "top_ops": sorted(repr(r[:4] + r[5:]) for r in run.analysis("top_ops", top=10**6).rows()),
-            "coverage": [repr(r) for r in run.analysis("gpu_launch_coverage").rows()],
+            "coverage": [repr(r) for r in run.analysis("gpu.launch_coverage").rows()],
             "polars": sorted(run.table("kernels").select("profile_id", "name", "dur_ps").collect().rows()),
         }
 
@@ -43,17 +42,17 @@ def warehouse(tmp_path: Path) -> Path:
 def test_compaction_keeps_results_and_packs_files(warehouse: Path) -> None:
     digest, analyses = table_digest(warehouse), _analyses(warehouse)
     files_before = sum(1 for _ in warehouse.rglob("*.parquet"))
-    report = Warehouse(warehouse).compact()
+    report = xprosql.compact(warehouse)
     assert report is not None and report.generation == 1 and report.packed_profiles == len(KINETO) + 1
     assert report.packs_written == 1 and not report.deferred
     assert table_digest(warehouse) == digest
     assert _analyses(warehouse) == analyses
     # What compaction derives for the profiles it packs: their steps and per-step breakdowns.
     packed = xprosql.load(warehouse)
-    steps = packed.sql("SELECT count(*), count(DISTINCT profile_id) FROM steps").rows()[0]
-    assert steps[0] > 0 and steps == packed.sql(analysis_text("steps"), bind_parameters("steps", {})).pl().select(
+    steps = packed.sql("SELECT count(*), count(DISTINCT profile_id) FROM stored_steps").rows()[0]
+    assert steps[0] > 0 and steps == packed.sql(analysis_text("steps")).pl().select(
         pl.len(), pl.col("profile_id").n_unique()).rows()[0]
-    assert packed.sql("SELECT count(*) FROM bottleneck_steps").rows()[0][0] == steps[0]
+    assert packed.sql("SELECT count(*) FROM stored_bottleneck_steps").rows()[0][0] == steps[0]
     files_after = sorted(warehouse.rglob("*.parquet"))
     assert len(files_after) == len(TABLES) < files_before
     events = pq.ParquetFile(next(p for p in files_after if p.parts[-3] == "events"))
@@ -68,22 +67,22 @@ def test_compaction_keeps_results_and_packs_files(warehouse: Path) -> None:
     # Packed profiles are still present by content: ingesting them again changes nothing.
     again = xprosql.ingest([*KINETO, TPU_SAMPLE], into=warehouse)
     assert again.ingested == [] and len(again.skipped) == len(KINETO) + 1
-    assert Warehouse(warehouse).compact().packs_written == 0  # nothing left to do
+    assert xprosql.compact(warehouse).packs_written == 0  # nothing left to do
 
 
 def test_a_reader_open_across_compaction_keeps_working(warehouse: Path) -> None:
     digest = table_digest(warehouse)
     old = xprosql.load(warehouse)
     expected = old.sql("SELECT profile_id, count(*), sum(dur_ps) FROM events GROUP BY 1 ORDER BY 1").rows()
-    report = Warehouse(warehouse).compact()
+    report = xprosql.compact(warehouse)
     assert report.deferred, "the open reader's files must be kept"
     assert old.sql("SELECT profile_id, count(*), sum(dur_ps) FROM events GROUP BY 1 ORDER BY 1").rows() == expected
     assert old.table("events").select("dur_ps").sum().collect().item() == sum(r[2] for r in expected)
     new = xprosql.load(warehouse)
-    assert new._snapshot.generation == 1 and not new._snapshot.loose["events"]
+    assert new.engine.snapshot.generation == 1 and not new.engine.snapshot.loose["events"]
     assert new.sql("SELECT profile_id, count(*), sum(dur_ps) FROM events GROUP BY 1 ORDER BY 1").rows() == expected
     # A second compaction while the old reader still holds generation 0: merges nothing, deletes nothing.
-    Warehouse(warehouse).compact()
+    xprosql.compact(warehouse)
     assert old.sql("SELECT count(*) FROM events").rows() == [(sum(r[1] for r in expected),)]
     old.close()
     new.close()
@@ -94,7 +93,7 @@ def test_a_reader_open_across_compaction_keeps_working(warehouse: Path) -> None:
 
 
 def _compact_in_child(root: str) -> str:
-    return str(Warehouse(root).compact())
+    return str(xprosql.compact(root))
 
 
 def test_queries_stay_correct_during_compaction(warehouse: Path) -> None:
@@ -116,10 +115,10 @@ def test_queries_stay_correct_during_compaction(warehouse: Path) -> None:
 def test_underfull_packs_merge_with_new_profiles(tmp_path: Path) -> None:
     root = tmp_path / "run"
     assert xprosql.ingest(KINETO[:4], into=root, compact=False).ok
-    first = Warehouse(root).compact()
+    first = xprosql.compact(root)
     assert xprosql.ingest(KINETO[4:], into=root, compact=False).ok
     digest = table_digest(root)
-    second = Warehouse(root).compact()
+    second = xprosql.compact(root)
     assert second.generation == first.generation + 1 and second.packs_replaced == 1
     assert second.packed_profiles == len(KINETO)
     assert table_digest(root) == digest
@@ -141,11 +140,11 @@ def test_a_compaction_that_dies_changes_nothing(warehouse: Path, monkeypatch: py
 
     monkeypatch.setattr(Warehouse, "_write_pack_file", die_on_third)
     with pytest.raises(OSError):
-        Warehouse(warehouse).compact()
+        xprosql.compact(warehouse)
     monkeypatch.undo()
     assert Warehouse(warehouse).generation() == 0
     assert table_digest(warehouse) == digest
-    assert Warehouse(warehouse).compact().packs_written == 1
+    assert xprosql.compact(warehouse).packs_written == 1
     assert table_digest(warehouse) == digest
     assert len(list((warehouse / "events" / "_packs").iterdir())) == 1  # the dead one's files went
 

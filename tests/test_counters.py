@@ -154,7 +154,7 @@ def test_utilization_is_cycle_weighted_with_the_busiest_sample(tmp_path: Path) -
     ])
     run = _warehouse(tmp_path, plane)
     assert run.profiles["drop_reasons"][0].to_list() == ["1 counter values 0xFFFFFFFFFFFFFFFF (could not be read)"]
-    summary = run.utilization()
+    summary = run.utilization().pl()
     chip = summary.filter(pl.col("kernel").is_null() & pl.col("device_id").is_not_null()).row(0, named=True)
     weighted = (long // 10 + short * 9 // 10) / (long + short)
     assert chip["mxu_utilization"] == pytest.approx(weighted)
@@ -162,7 +162,7 @@ def test_utilization_is_cycle_weighted_with_the_busiest_sample(tmp_path: Path) -
     assert chip["mxu_busiest_utilization"] == pytest.approx(0.9)
     assert chip["mxu_busiest_sample"] == 11
     assert chip["samples"] == 2 and chip["chip"] == 0 and chip["generation"] == "v6e"
-    per_sample = run.utilization(level="samples").filter(pl.col("metric") == "Avg MXU Busy")
+    per_sample = run.utilization(level="samples").pl().filter(pl.col("metric") == "Avg MXU Busy")
     assert sorted(per_sample["sample"].to_list()) == [10, 11]  # sample 12 lost its cycle counter
     # No vector counters in the file: XProf's rule, an absent counter counts 0.
     assert chip["vector_utilization"] == 0.0
@@ -184,7 +184,7 @@ def test_cupti_counters_ranges_and_flops(tmp_path: Path) -> None:
     assert sorted(ours) == expected  # all 77 ranges, every metric, exact values
     assert len(ours) == 77 * 9
 
-    flops = gpu_flops(run).sort("sample")
+    flops = gpu_flops(run.engine).pl().sort("sample")
     assert flops.height == 77
     for (i, event), row in zip(enumerate(sorted(ranges, key=lambda e: e["ts"])), flops.iter_rows(named=True)):
         args = event["args"]

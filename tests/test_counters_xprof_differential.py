@@ -23,7 +23,6 @@ from pathlib import Path
 
 import polars as pl
 import pytest
-from conftest import TPU_SAMPLE
 from counter_profiles import UNREADABLE, Manifest, build_counter_profile, run_xprof_tool, xprof_dictionary
 
 import xprosql
@@ -130,7 +129,7 @@ def test_utilization_metrics_match_utilization_viewer(cases: tuple[xprosql.Run, 
     def device_id(r: dict) -> int:
         return device_of[device_plane[int(r["device"])]]
 
-    ours = run.utilization(profiles=[case.profile_id], level="metrics")
+    ours = run.utilization(profiles=[case.profile_id], level="metrics").pl()
     whole = {(d, n, m): (a, p) for d, n, m, a, p in
              ours.filter(pl.col("kernel").is_null()).select("device_id", "node", "metric", "achieved", "peak").rows()}
     per_kernel = {(d, k, n, m): (a, p) for d, k, n, m, a, p in
@@ -166,7 +165,7 @@ def test_utilization_summary_matches_utilization_viewer(cases: tuple[xprosql.Run
               "xlu": lambda m: m in ("XLU0", "XLU1"), "hbm": lambda m: m.startswith("HBM Rd+Wr - core "),
               "dma": lambda m: m in ("ICI (Read)", "ICI (Write)")}
     device_plane = {v: k for k, v in case.manifest.device.items()}
-    summary = run.utilization(profiles=[case.profile_id])
+    summary = run.utilization(profiles=[case.profile_id]).pl()
     assert summary.height == 1 + 4 * 3  # per profile, per chip, and per chip and kernel (2 kernels)
     mean_of_ratios_differs = False
     for row in summary.iter_rows(named=True):

@@ -10,7 +10,6 @@ import pytest
 from conftest import GPU_SAMPLE, TEST_DATA, TPU_SAMPLE
 
 import xprosql
-from xprosql.warehouse import Warehouse
 
 distributed = pytest.importorskip("distributed", reason="needs the dask extra: pip install 'xprosql[dask]'")
 
@@ -31,7 +30,7 @@ def warehouse(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """Real profiles, half of them packed: shares mix packs and per-profile partitions."""
     root = tmp_path_factory.mktemp("dask") / "run"
     assert xprosql.ingest(KINETO[:4], into=root, compact=False).ok
-    Warehouse(root).compact()
+    xprosql.compact(root)
     assert xprosql.ingest([*KINETO[4:], TPU_SAMPLE, GPU_SAMPLE], into=root, compact=False).ok
     return root
 
@@ -47,32 +46,32 @@ def _same(local: pl.DataFrame, remote: pl.DataFrame) -> None:
     ("name", "params"),
     [
         ("top_ops", {"top": 1000}),  # no top-N cut: one between tied ops keeps either
-        ("gpu_launch_coverage", {}),
+        ("gpu.launch_coverage", {}),
         ("roofline", {}),
         ("memory_bound", {}),
         ("bottlenecks", {}),
         ("steps", {}),
-        ("fleet_profiles", {}),
-        ("fleet_worst_steps", {"n": 7}),
+        ("fleet.profile_summary", {}),
+        ("fleet.worst_steps", {"top": 7}),
     ],
 )
 def test_per_profile_analysis_on_cluster_equals_local(client: object, warehouse: Path, name: str, params: dict) -> None:
     local = xprosql.load(warehouse).analysis(name, **params).pl()
     run = xprosql.load(warehouse, cluster=client)
-    assert len(run._snapshot.shares(4)) > 1
+    assert len(run.engine.snapshot.shares(4)) > 1
     remote = run.analysis(name, **params).pl()
     _same(local, remote)
-    if name == "fleet_worst_steps":  # a global ORDER BY ... LIMIT re-applied to the combined shares
+    if name == "fleet.worst_steps":  # a global ORDER BY ... LIMIT re-applied to the combined shares
         assert remote["wall_ps"].to_list() == local["wall_ps"].to_list()
 
 
 def test_fleet_queries_on_cluster_equal_local(client: object, warehouse: Path) -> None:
     local, remote = xprosql.load(warehouse), xprosql.load(warehouse, cluster=client)
     cohorts = {"baseline": "format = 'kineto'", "candidate": "format = 'xspace'"}
-    _same(local.compare(**cohorts), remote.compare(**cohorts))
-    _same(local.compare(**cohorts, by="bottleneck"), remote.compare(**cohorts, by="bottleneck"))
-    _same(local.worst(by="step_time_ps", n=3), remote.worst(by="step_time_ps", n=3))
-    assert remote.roofline().equals(local.roofline()) or _same(local.roofline(), remote.roofline()) is None
+    _same(local.compare(**cohorts).pl(), remote.compare(**cohorts).pl())
+    _same(local.compare(**cohorts, by="bottleneck").pl(), remote.compare(**cohorts, by="bottleneck").pl())
+    _same(local.worst(by="step_time_ps", top=3).pl(), remote.worst(by="step_time_ps", top=3).pl())
+    _same(local.roofline().pl(), remote.roofline().pl())
 
 
 def test_cluster_with_a_pruned_snapshot(client: object, warehouse: Path) -> None:

@@ -14,7 +14,6 @@ from pathlib import Path
 
 import polars as pl
 import pytest
-from conftest import TEST_DATA
 
 import xprosql
 
@@ -51,7 +50,7 @@ def _host_of(run: xprosql.Run, profile_id: str) -> str:
 
 def test_regressions_find_the_first_profile_after_the_change(fleet: Path) -> None:
     run = xprosql.load(fleet)
-    found = run.regressions(tag="job", window=3)
+    found = run.regressions(tag="job", window=3).pl()
     assert set(found["series"]) == {"reg"}, found  # the flat job has no change
     assert found["direction"].to_list() == ["slower"] * found.height
     slowest = found.filter(pl.col("metric").str.starts_with("op_time_per_step_ps:")).sort("change", descending=True).row(0, named=True)
@@ -59,37 +58,37 @@ def test_regressions_find_the_first_profile_after_the_change(fleet: Path) -> Non
     # 30% longer kernels; self time grows less where a longer kernel now spans the next one on its stream.
     assert 0.1 < slowest["change"] <= 0.3 + 1e-6
     # A stricter threshold than the change finds nothing.
-    assert run.regressions(tag="job", window=3, threshold=0.5).height == 0
+    assert run.regressions(tag="job", window=3, threshold=0.5).pl().height == 0
 
 
 def test_compare_cohorts_by_op_and_bottleneck(fleet: Path) -> None:
     run = xprosql.load(fleet)
     cohorts = {"baseline": "tags['job'] = 'reg' AND tags['commit'] = 'c0'", "candidate": "tags['job'] = 'reg' AND tags['commit'] = 'c1'"}
-    by_op = run.compare(**cohorts)
+    by_op = run.compare(**cohorts).pl()
     top = by_op.row(0, named=True)
     assert top["baseline_profiles"] == CHANGE_AT and top["candidate_profiles"] == PER_JOB - CHANGE_AT
     assert 1.1 < top["time_ratio"] <= 1.3 + 1e-6
     assert by_op["delta_time_per_profile_ps"].abs().is_sorted(descending=True)
     assert by_op.row(1, named=True)["delta_time_per_profile_ps"] < top["delta_time_per_profile_ps"] / 10
-    flat = run.compare(baseline="tags['job'] = 'flat'", candidate="tags['job'] = 'flat'")
+    flat = run.compare(baseline="tags['job'] = 'flat'", candidate="tags['job'] = 'flat'").pl()
     assert flat["delta_time_per_profile_ps"].abs().max() == 0
-    by_bottleneck = run.compare(**cohorts, by="bottleneck")
+    by_bottleneck = run.compare(**cohorts, by="bottleneck").pl()
     assert {"device_kind", "bottleneck", "delta_share"} <= set(by_bottleneck.columns) and by_bottleneck.height > 0
     with pytest.raises(xprosql.XprosqlError, match="empty"):
-        run.compare(baseline="tags['job'] = 'nope'", candidate="true")
+        run.compare(baseline="tags['job'] = 'nope'", candidate="true").pl()
 
 
 def test_worst_steps_and_profiles(fleet: Path) -> None:
     run = xprosql.load(fleet)
-    steps = run.worst(by="step", n=4)
+    steps = run.worst(by="step", top=4).pl()
     assert steps.height == 4 and steps["wall_ps"].is_sorted(descending=True)
     everything = run.analysis("steps").pl()
     assert steps["wall_ps"].to_list() == everything["wall_ps"].sort(descending=True).head(4).to_list()
-    profiles = run.worst(by="step_time_ps", n=3)
+    profiles = run.worst(by="step_time_ps", top=3).pl()
     assert profiles.height == 3 and profiles["step_time_ps"].is_sorted(descending=True)
-    ops = run.worst(analysis="roofline", by="self_time_ps", n=2)
-    assert ops["self_time_ps"].to_list() == run.roofline()["self_time_ps"].sort(descending=True).head(2).to_list()
-    stuck = run.worst(analysis="bottlenecks", scope="step", by="host_wait_ps", n=3)
+    ops = run.worst(analysis="roofline", by="self_time_ps", top=2).pl()
+    assert ops["self_time_ps"].to_list() == run.roofline().pl()["self_time_ps"].sort(descending=True).head(2).to_list()
+    stuck = run.worst(analysis="bottlenecks", scope="step", by="host_wait_ps", top=3).pl()
     assert set(stuck["scope"]) == {"step"} and stuck["host_wait_ps"].is_sorted(descending=True)
-    with pytest.raises(KeyError, match="no column"):
-        run.worst(by="nope")
+    with pytest.raises(xprosql.ParameterError, match="no column"):
+        run.worst(by="nope").pl()

@@ -52,7 +52,7 @@ def case(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactor
 
 
 def test_temporal_breakdown(case: dict[str, Any]) -> None:
-    ours = case["run"].temporal_breakdown(us_rounding=True).row(0, named=True)
+    ours = case["run"].temporal_breakdown(us_rounding=True).pl().row(0, named=True)
     theirs = case["hta"]["temporal"].row(0, named=True)
     for name in ("idle", "compute", "non_compute"):
         assert abs(ours[f"{name}_pct"] - theirs[f"{name}_time_pctg"]) <= PP, name
@@ -62,14 +62,14 @@ def test_temporal_breakdown(case: dict[str, Any]) -> None:
 def test_temporal_breakdown_exact_times_stay_close(case: dict[str, Any]) -> None:
     # Without HTA's microsecond rounding short kernels keep their sub-us tails:
     # the a100 trace's idle share moves by about 0.55 pp, hence the looser bound.
-    ours = case["run"].temporal_breakdown().row(0, named=True)
+    ours = case["run"].temporal_breakdown().pl().row(0, named=True)
     theirs = case["hta"]["temporal"].row(0, named=True)
     for name in ("idle", "compute", "non_compute"):
         assert abs(ours[f"{name}_pct"] - theirs[f"{name}_time_pctg"]) <= 1.0, name
 
 
 def test_idle_time_split_by_stream(case: dict[str, Any]) -> None:
-    ours = case["run"].idle_time(us_rounding=True)
+    ours = case["run"].idle_time(us_rounding=True).pl()
     theirs = case["hta"]["idle"]
     assert set(theirs["stream"]) == set(ours["stream_id"])
     joined = theirs.join(ours, left_on=["stream", "idle_category"], right_on=["stream_id", "category"], how="left")
@@ -83,13 +83,13 @@ def test_idle_time_split_by_stream(case: dict[str, Any]) -> None:
 
 
 def test_comm_comp_overlap(case: dict[str, Any]) -> None:
-    ours = case["run"].comm_comp_overlap(us_rounding=True).row(0, named=True)
+    ours = case["run"].comm_comp_overlap(us_rounding=True).pl().row(0, named=True)
     theirs = case["hta"]["overlap"].row(0, named=True)
     assert abs(ours["overlap_pct"] - theirs["comp_comm_overlap_pctg"]) <= PP
 
 
 def test_launch_stats(case: dict[str, Any]) -> None:
-    ours = case["run"].launch_stats(us_rounding=True)
+    ours = case["run"].launch_stats(us_rounding=True).pl()
     theirs = case["hta"]["launch"]
     assert ours.height == theirs.height
     for mine, hta in (("launch_delay_ps", "launch_delay"), ("cpu_dur_ps", "cpu_duration"), ("gpu_dur_ps", "gpu_duration")):
@@ -106,7 +106,7 @@ def test_launch_stats(case: dict[str, Any]) -> None:
 
 
 def test_queue_length_maximum(case: dict[str, Any]) -> None:
-    ours = case["run"].queue_length(summary=True, us_rounding=True)
+    ours = case["run"].queue_length(summary=True, us_rounding=True).pl()
     theirs = case["hta"]["queue"]
     stream = [c for c in theirs.columns if "stream" in str(c)][0]
     maximum = [c for c in theirs.columns if "max" in str(c)][0]

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import polars as pl
 import pytest
-from conftest import GPU_SAMPLE, TEST_DATA, TPU_SAMPLE
+from conftest import GPU_SAMPLE, TEST_DATA, TPU_SAMPLE, analysis_text, bound_parameters
 from jax_profiles import JAX_ROOFLINE_PROGRAMS, jax_available, session_roofline_profile
 from polars.testing import assert_frame_equal
 
@@ -25,11 +25,10 @@ import xprosql
 from xprosql.ingest import profile_id_of
 from xprosql.models import hardware
 from xprosql.protos import xplane_pb2
-from xprosql.queries.analyses import analysis_parameters, analysis_text, bind_parameters
+from xprosql.engine.library import library
 from xprosql.queries.roofline import ROOFLINE_KEYS, roofline, roofline_polars
 
 KINETO_A100 = TEST_DATA / "kineto" / "a100_nccl_rank0.json.gz"
-SQL_DIR = Path(__file__).resolve().parents[1] / "sql"
 # A CPU roof of the order of a small x86 server: 100 GFLOP/s, 20 GB/s (ridge 5 FLOP/byte).
 CPU_PEAKS = {"peak_flops_per_s": 1e11, "peak_hbm_bytes_per_s": 2e10}
 
@@ -82,16 +81,16 @@ def _assert_frames_equal(a: pl.DataFrame, b: pl.DataFrame) -> None:
 
 @pytest.mark.parametrize("options", [{}, {"top": 3}, {**CPU_PEAKS, "peak_source": "measured"}], ids=["default", "top", "peaks"])
 def test_polars_roofline_equals_the_sql_one(run: xprosql.Run, options: dict) -> None:
-    sql = roofline(run, **options)
+    sql = roofline(run.engine, **options).pl()
     assert set(sql["device_kind"]) >= {"tpu", "gpu", "cpu"}
-    _assert_frames_equal(sql, roofline_polars(run, **options))
+    _assert_frames_equal(sql, roofline_polars(run.engine, **options))
 
 
 def test_op_stats_stored_at_ingest_equal_the_sql_over_the_warehouse(run: xprosql.Run) -> None:
     # Each profile's op_stats rows are derived alone, from its staged files; recomputed over the
     # committed warehouse, all profiles at once, they must come out the same.
     stored = run.sql("SELECT * FROM op_stats").pl()
-    recomputed = run.analysis("op_stats").pl()
+    recomputed = run.sql(analysis_text("ops._op_stats")).pl()
     assert len(stored) > 0 and set(stored["device_kind"]) >= {"tpu", "gpu", "cpu"}
     assert set(stored["profile_id"]) == set(run.profile_ids)
     keys = ["profile_id", "device_id", "program_id", "op"]
@@ -122,15 +121,15 @@ def test_op_stats_derived_in_memory_equal_derived_from_the_files(tmp_path: Path,
 
 def test_analysis_by_name_is_the_python_api(run: xprosql.Run) -> None:
     by_name = run.analysis("roofline", top=5).pl()
-    _assert_frames_equal(by_name, run.roofline(top=5))
+    _assert_frames_equal(by_name, run.roofline(top=5).pl())
     assert by_name.filter(pl.col("row_kind") == "op").group_by("profile_id", "device_kind").len()["len"].max() <= 5
 
 
 def test_profiles_parameter_selects_profiles(run: xprosql.Run) -> None:
-    frame = run.roofline(profiles=[_pid(TPU_SAMPLE)])
+    frame = run.roofline(profiles=[_pid(TPU_SAMPLE)]).pl()
     assert set(frame["profile_id"]) == {_pid(TPU_SAMPLE)}
-    with pytest.raises(KeyError):
-        run.roofline(profiles=["0123456789abcdef"])
+    with pytest.raises(xprosql.ParameterError, match="0123456789abcdef"):
+        run.roofline(profiles=["0123456789abcdef"]).pl()
 
 
 # --------------------------------------------------------------------------- times
@@ -187,7 +186,7 @@ def test_self_time_subtracts_the_ops_nested_on_the_same_line(tmp_path: Path) -> 
     path.write_bytes(space.SerializeToString())
     assert xprosql.ingest(path, into=tmp_path / "run").ok
     nested_run = xprosql.load(tmp_path / "run")
-    for frame in (roofline(nested_run), roofline_polars(nested_run)):
+    for frame in (roofline(nested_run.engine).pl(), roofline_polars(nested_run.engine)):
         ops = frame.filter(pl.col("row_kind") == "op")
         got = {r["op"]: (r["occurrences"], r["total_time_ps"], r["self_time_ps"]) for r in ops.iter_rows(named=True)}
         assert got == expected
@@ -198,7 +197,7 @@ def test_self_time_subtracts_the_ops_nested_on_the_same_line(tmp_path: Path) -> 
 
 def test_tpu_times_are_device_clock_and_device_time_is_xprof_denominator(run: xprosql.Run) -> None:
     pid = _pid(TPU_SAMPLE)
-    frame = run.roofline(profiles=[pid])
+    frame = run.roofline(profiles=[pid]).pl()
     raw = run.sql(
         """SELECT sum(coalesce(device_duration_ps, dur_ps)), count(*) FROM events e
            JOIN tracks t USING (profile_id, device_id, track_id) WHERE profile_id = $p AND t.name = 'XLA Ops'""",
@@ -284,7 +283,7 @@ def test_async_copy_bandwidth_is_bytes_over_the_start_to_done_window(run: xprosq
     # The pairing is XProf's notion of the window: on the host timeline it is the Async XLA Ops line.
     for done, ps in async_line.items():
         assert math.isclose(device0[done], ps, rel_tol=1e-9), done
-    ops = run.roofline(profiles=[_pid(TPU_SAMPLE)]).filter(pl.col("row_kind") == "op")
+    ops = run.roofline(profiles=[_pid(TPU_SAMPLE)]).pl().filter(pl.col("row_kind") == "op")
     copies_out = {r["op"]: r for r in ops.iter_rows(named=True) if r["op"].startswith("copy-")}
     assert set(copies_out) == set(windows)
     for op, row in copies_out.items():
@@ -299,7 +298,7 @@ def test_async_copy_bandwidth_is_bytes_over_the_start_to_done_window(run: xprosq
 
 
 def test_peaks_come_from_the_profile_then_the_chip_table_then_the_user(run: xprosql.Run) -> None:
-    profiles = run.roofline().filter(pl.col("row_kind") == "profile")
+    profiles = run.roofline().pl().filter(pl.col("row_kind") == "profile")
     by_pid = {r["profile_id"]: r for r in profiles.iter_rows(named=True)}
 
     tpu = by_pid[_pid(TPU_SAMPLE)]
@@ -328,7 +327,7 @@ def test_peaks_come_from_the_profile_then_the_chip_table_then_the_user(run: xpro
     cpu = by_pid[_jax_pid(run, "jit_step")]  # no CPU model: unknown until the user says
     assert cpu["peak_flops_per_s"] is None and cpu["peak_flops_source"] is None and cpu["bound_by"] == "unknown"
 
-    overridden = run.roofline(peak_flops_per_s=5e14, peak_source="user").filter(pl.col("row_kind") == "profile")
+    overridden = run.roofline(peak_flops_per_s=5e14, peak_source="user").pl().filter(pl.col("row_kind") == "profile")
     assert set(overridden["peak_flops_per_s"]) == {5e14} and set(overridden["peak_flops_source"]) == {"user"}
     # The override touches only what it names.
     assert overridden.filter(pl.col("profile_id") == _pid(TPU_SAMPLE))["peak_hbm_source"].to_list() == ["profile"]
@@ -390,7 +389,7 @@ def test_measured_cpu_peaks_are_plausible() -> None:
 def test_matmul_step_dots_are_compute_bound_and_elementwise_step_memory_bound(run: xprosql.Run) -> None:
     if not jax_available():
         pytest.skip("jax is not installed (test extra)")
-    frame = run.memory_bound(**CPU_PEAKS)
+    frame = run.memory_bound(**CPU_PEAKS).pl()
     mlp, ew = _jax_pid(run, "jit_mlp_step"), _jax_pid(run, "jit_elementwise_step")
     # Ops whose HLO holds a dot: the dot itself, or a fusion calling a computation with one.
     dot_ops = {r[0] for r in run.sql(
@@ -412,8 +411,8 @@ def test_matmul_step_dots_are_compute_bound_and_elementwise_step_memory_bound(ru
 
 
 def test_memory_bound_shares_cover_the_device_time(run: xprosql.Run) -> None:
-    frame = run.memory_bound()
-    roof = run.roofline()
+    frame = run.memory_bound().pl()
+    roof = run.roofline().pl()
     for row in frame.filter(pl.col("row_kind") == "profile").iter_rows(named=True):
         parts = [row[c] for c in ("memory_bound_share", "compute_bound_share", "no_cost_data_share", "unknown_share", "idle_share")]
         assert math.isclose(sum(parts), 1.0, rel_tol=1e-9), row["profile_id"]
@@ -423,7 +422,7 @@ def test_memory_bound_shares_cover_the_device_time(run: xprosql.Run) -> None:
     assert ops["bound_by"].to_list() == ops["bound_by_right"].to_list()
     no_cost = frame.filter((pl.col("row_kind") == "op") & (pl.col("profile_id") == _pid(GPU_SAMPLE)))
     assert set(no_cost["classification"]) == {"no cost data"}  # TF on V100 records no costs and has no HLO
-    top = run.memory_bound(top=2)
+    top = run.memory_bound(top=2).pl()
     assert top.filter(pl.col("row_kind") == "op").group_by("profile_id", "device_kind").len()["len"].max() == 2
     assert top.filter(pl.col("row_kind") == "profile").equals(frame.filter(pl.col("row_kind") == "profile"))
 
@@ -431,25 +430,32 @@ def test_memory_bound_shares_cover_the_device_time(run: xprosql.Run) -> None:
 # --------------------------------------------------------------------------- the SQL files
 
 
-@pytest.mark.parametrize("name", ["roofline", "memory_bound", "op_stats", "bottleneck_steps", "bottlenecks"])
+@pytest.mark.parametrize("name", ["ops.roofline", "ops.memory_bound", "ops._op_stats", "steps._bottleneck_steps", "steps.bottlenecks"])
 def test_sql_header_describes_every_column_and_parameter(run: xprosql.Run, name: str) -> None:
-    text = (SQL_DIR / f"{name}.sql").read_text()
+    module = library().modules[name]
+    text = module.text
     header = text.split("\nWITH ")[0]
-    described = re.findall(r"^--   ([a-z_]+)\s", header.split("-- Columns:")[1], re.MULTILINE)
-    result = run.analysis(name).pl()
+    described = [c.name for c in module.columns]
+    result = run.sql(analysis_text(name), bound_parameters(name)).pl()
     assert described == result.columns
     body = "\n".join(line for line in text.splitlines() if not line.lstrip().startswith("--"))
     own = re.findall(r"^--   \$([a-z_]+)\s", header, re.MULTILINE)
-    assert own and all(f"${p}" in body for p in own)
+    assert set(own) == set(module.own_parameters) and all(f"${p}" in body for p in own)
     assert "{" not in body.replace("{'", "")  # no string formatting placeholders
-    assert set(bind_parameters(name, {})) == set(analysis_parameters(name))
+    assert set(library().bind(name, {})) == set(library().parameters(name))
 
 
-def test_unknown_or_missing_parameters_are_named() -> None:
-    with pytest.raises(KeyError, match="peak_flop"):
-        bind_parameters("roofline", {"peak_flop": 1.0})
-    with pytest.raises(KeyError, match=r"\$top"):
-        bind_parameters("top_ops", {})
+def test_unknown_or_missing_parameters_are_named(run: xprosql.Run) -> None:
+    with pytest.raises(xprosql.ParameterError, match="peak_flop"):
+        library().bind("ops.roofline", {"peak_flop": 1.0})
+    with pytest.raises(xprosql.ParameterError, match="baseline"):
+        library().bind("fleet.compare", {})
+    with pytest.raises(xprosql.ParameterError, match="peak_flop"):
+        run.analysis("roofline", peak_flop=1.0)
+    with pytest.raises(xprosql.UnknownAnalysisError, match="ops.roofline"):
+        run.analysis("rooflin")
+    with pytest.raises(xprosql.UnknownAnalysisError):  # private building blocks are not run by name
+        run.analysis("steps._bottleneck_steps")
 
 
 def test_cli_shows_runs_and_draws(warehouse: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -458,7 +464,7 @@ def test_cli_shows_runs_and_draws(warehouse: Path, tmp_path: Path, capsys: pytes
     assert main(["sql", str(warehouse), "--analysis", "memory_bound", "--show"]) == 0
     shown = capsys.readouterr().out
     assert shown.strip() == analysis_text("memory_bound").strip()
-    assert "-- roofline:" in shown and "-- @include" not in shown  # the included roofline, in full
+    assert "-- ops.roofline:" in shown and "-- @include" not in shown  # the included roofline, in full
     assert main(["sql", str(warehouse), "--analysis", "roofline", "--param", "top=1", "--format", "csv"]) == 0
     rows = pl.read_csv(capsys.readouterr().out.encode(), infer_schema_length=None)
     assert rows.filter(pl.col("row_kind") == "op").height == rows.filter(pl.col("row_kind") == "profile").height > 3

@@ -62,7 +62,7 @@ def xprof(tmp_path_factory: pytest.TempPathFactory) -> dict:
 
 @pytest.fixture(scope="module")
 def ours(xspace_warehouse: Path) -> pl.DataFrame:
-    return xprosql.load(xspace_warehouse).roofline(profiles=[profile_id_of(TPU_SAMPLE.read_bytes())])
+    return xprosql.load(xspace_warehouse).roofline(profiles=[profile_id_of(TPU_SAMPLE.read_bytes())]).pl()
 
 
 def _close(a: float, b: float) -> bool:

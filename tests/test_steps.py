@@ -40,7 +40,7 @@ def jax_steps(tmp_path_factory: pytest.TempPathFactory) -> xprosql.Run:
 def test_jax_step_trace_annotation_gives_one_row_per_step(jax_steps: xprosql.Run) -> None:
     from jax_profiles import JAX_STEPS_NAME, JAX_STEPS_NUMBERS
 
-    steps = jax_steps.steps()
+    steps = jax_steps.steps().pl()
     assert steps["step"].to_list() == JAX_STEPS_NUMBERS
     assert set(steps["source"]) == {"step_annotation"} and set(steps["step_name"]) == {JAX_STEPS_NAME}
     assert set(steps["device_kind"]) == {"host"}
@@ -66,7 +66,7 @@ def xspace_run(xspace_warehouse: Path) -> xprosql.Run:
 
 def test_gpu_steps_line(xspace_run: xprosql.Run) -> None:
     pid = xspace_run.sql("SELECT profile_id FROM profiles WHERE source_path LIKE $p", {"p": f"%{GPU_SAMPLE.name}"}).rows()[0][0]
-    steps = xspace_run.steps(profiles=[pid]).filter(pl.col("source") == "steps_line")
+    steps = xspace_run.steps(profiles=[pid]).pl().filter(pl.col("source") == "steps_line")
     assert steps["device"].to_list() == ["/device:GPU:4", "/device:GPU:6"]
     marks = xspace_run.sql(
         "SELECT e.device_id, e.start_ps, e.start_ps + e.dur_ps FROM events e JOIN tracks t USING (profile_id, device_id, track_id) "
@@ -87,7 +87,7 @@ def test_gpu_steps_line(xspace_run: xprosql.Run) -> None:
 def test_tpu_without_steps_is_one_step_per_device(xspace_run: xprosql.Run) -> None:
     pid = xspace_run.sql("SELECT profile_id FROM profiles WHERE source_path LIKE $p", {"p": f"%{TPU_SAMPLE.name}"}).rows()[0][0]
     duration = xspace_run.sql("SELECT duration_ps FROM profiles WHERE profile_id = $p", {"p": pid}).rows()[0][0]
-    steps = xspace_run.steps(profiles=[pid])
+    steps = xspace_run.steps(profiles=[pid]).pl()
     assert steps.select("device", "source", "step", "start_ps", "end_ps").rows() == [
         (f"/device:TPU:{i}", "profile", None, 0, duration) for i in range(4)
     ]
@@ -102,7 +102,7 @@ def test_tpu_without_steps_is_one_step_per_device(xspace_run: xprosql.Run) -> No
 def test_pytorch_profiler_steps(tmp_path: Path) -> None:
     assert xprosql.ingest(A100, into=tmp_path / "run").ok
     run = xprosql.load(tmp_path / "run")
-    steps = run.steps()
+    steps = run.steps().pl()
     assert steps.select("step", "step_name", "source").rows() == [
         (n, f"ProfilerStep#{n}", "profiler_step") for n in (4, 5, 6)
     ]

@@ -4,25 +4,44 @@ Example:
     >>> import xprosql
     >>> report = xprosql.ingest("logs/", into="run/")             # doctest: +SKIP
     >>> run = xprosql.load("run/")                                 # doctest: +SKIP
-    >>> run.sql("SELECT name, sum(dur_ps) FROM events GROUP BY 1 ORDER BY 2 DESC LIMIT 10")  # doctest: +SKIP
+    >>> run.sql("SELECT name, sum(dur_ps) FROM events GROUP BY 1 ORDER BY 2 DESC LIMIT 10").pl()  # doctest: +SKIP
+    >>> xprosql.analyses().pl().select("analysis", "description")  # doctest: +SKIP
 """
 
 from __future__ import annotations
 
-__version__ = "0.1.0"
+from xprosql._version import __version__
 
-from xprosql.errors import IngestError, WarehouseError, XprosqlError
+from xprosql.engine import Result, compact
+from xprosql.engine.catalogue import analyses
+from xprosql.errors import (
+    AnalysisError,
+    IngestError,
+    ParameterError,
+    QueryError,
+    UnknownAnalysisError,
+    UnknownTableError,
+    WarehouseError,
+    XprosqlError,
+)
 from xprosql.ingest import IngestReport, ingest
-from xprosql.run import Result, Run, load
+from xprosql.run import Run, load
 
 __all__ = [
     "__version__",
+    "analyses",
+    "compact",
     "ingest",
     "load",
     "IngestReport",
-    "Run",
     "Result",
-    "XprosqlError",
+    "Run",
+    "AnalysisError",
     "IngestError",
+    "ParameterError",
+    "QueryError",
+    "UnknownAnalysisError",
+    "UnknownTableError",
     "WarehouseError",
+    "XprosqlError",
 ]

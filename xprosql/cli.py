@@ -23,11 +23,12 @@ from pathlib import Path
 import polars as pl
 import pyarrow.parquet as pq
 
-from xprosql import __version__
+from xprosql._version import __version__
 from xprosql.errors import XprosqlError
 from xprosql.ingest import ingest
 from xprosql.models.tables import PARTITION_COLUMN, TABLES, column_unit
-from xprosql.run import Result, load
+from xprosql.engine import Result
+from xprosql.run import load
 
 __all__ = ["main", "entry"]
 
@@ -77,9 +78,22 @@ def _cmd_ingest(args: argparse.Namespace) -> int:
 
 
 def _cmd_compact(args: argparse.Namespace) -> int:
-    from xprosql.warehouse import Warehouse
+    from xprosql.engine import compact
 
-    print(Warehouse(args.dir).compact())
+    print(compact(args.dir))
+    return 0
+
+
+def _cmd_analyses(args: argparse.Namespace) -> int:
+    from xprosql.engine.catalogue import analyses, describe
+
+    if args.name:
+        print(describe(args.name))
+        return 0
+    for row in analyses().rows():
+        name, _area, description, fleet = row[:4]
+        print(f"{name:<30} {'(fleet) ' if fleet else ''}{description}")
+    print("\nxprosql analyses NAME: its parameters and columns; xprosql sql DIR --analysis NAME runs it")
     return 0
 
 
@@ -101,12 +115,12 @@ def _parse_params(pairs: Sequence[str]) -> dict[str, object]:
 
 def _cmd_sql(args: argparse.Namespace) -> int:
     if args.analysis:
-        from xprosql.queries.analyses import analysis_text
+        from xprosql.engine.library import library
 
         if args.query:
             raise XprosqlError("give a SQL query or --analysis NAME, not both")
         if args.show:  # the runnable SQL, includes expanded, to copy and adapt
-            print(analysis_text(args.analysis).rstrip())
+            print(library().text(library().module(args.analysis).id).rstrip())
             return 0
         result = load(args.dir).analysis(args.analysis, **_parse_params(args.param))
     else:
@@ -148,7 +162,7 @@ def _cmd_roofline(args: argparse.Namespace) -> int:
     if args.peak_hbm_bandwidth is not None:
         peaks.update(peak_hbm_bytes_per_s=args.peak_hbm_bandwidth, peak_source="user")
     run = load(args.dir)
-    frame = run.roofline(profiles=args.profile or None, top=args.top, **peaks)
+    frame = run.roofline(profiles=args.profile or None, top=args.top, **peaks).pl()  # type: ignore[arg-type]
     if args.format == "csv":
         sys.stdout.write(frame.write_csv())
     elif args.format == "json":
@@ -205,13 +219,11 @@ def _cmd_demo(args: argparse.Namespace) -> int:
             "SELECT device_id, name, kind, model, peak_flops_per_s / 1e12 AS peak_tflops, "
             "peak_hbm_bytes_per_s / 1e9 AS peak_hbm_gb_s FROM devices WHERE kind IN ('tpu', 'gpu') ORDER BY device_id"
         ))
-        print("\nTop XLA ops by time on /device:TPU:0 (sql/top_ops.sql):")
-        _print_table(run.sql(
-            "SELECT device, track, op, category, occurrences, round(total_ps / 1e9, 3) AS total_ms, "
-            "round(100 * share_of_track, 1) AS pct FROM (" + _analysis_text("top_ops") + ") "
-            "WHERE device = '/device:TPU:0' AND track = 'XLA Ops'",
-            {"top": 8},
-        ))
+        print("\nTop XLA ops by time on /device:TPU:0 (sql/ops/top_ops.sql):")
+        top = run.top_ops(top=8).relation.filter("device = '/device:TPU:0' AND track = 'XLA Ops'").project(
+            "device, track, op, category, occurrences, round(total_ps / 1e9, 3) AS total_ms, "
+            "round(100 * share_of_track, 1) AS pct")
+        _print_table(Result(top))
     return 0
 
 
@@ -263,11 +275,6 @@ def _cmd_report(args: argparse.Namespace) -> int:
     return 0
 
 
-def _analysis_text(name: str) -> str:
-    from xprosql.queries import analysis_sql
-
-    return analysis_sql(name).rstrip().rstrip(";")
-
 
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="xprosql", description="ML accelerator profiles as Parquet tables, analysed with SQL.")
@@ -291,10 +298,14 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("dir", help="warehouse directory")
     p.set_defaults(func=_cmd_compact)
 
+    p = commands.add_parser("analyses", help="list the analyses, or one's parameters and columns")
+    p.add_argument("name", nargs="?", help="an analysis (e.g. roofline or ops.roofline)")
+    p.set_defaults(func=_cmd_analyses)
+
     p = commands.add_parser("sql", help="run a DuckDB SQL query over a warehouse")
     p.add_argument("dir", help="warehouse directory")
     p.add_argument("query", nargs="?", help="SQL text; every table is a view")
-    p.add_argument("--analysis", metavar="NAME", help="run the packaged analysis sql/NAME.sql instead (e.g. roofline)")
+    p.add_argument("--analysis", metavar="NAME", help="run an analysis of the SQL library instead (e.g. roofline; see: xprosql analyses)")
     p.add_argument("--show", action="store_true", help="with --analysis: print its SQL instead of running it")
     p.add_argument("--format", choices=["table", "csv", "json", "parquet"], default="table")
     p.add_argument("--out", help="write the result to this file")
@@ -302,7 +313,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--max-rows", type=int, default=50, help="rows shown by --format table")
     p.set_defaults(func=_cmd_sql)
 
-    p = commands.add_parser("roofline", help="roofline of every op (sql/roofline.sql); --out draws the chart")
+    p = commands.add_parser("roofline", help="roofline of every op (sql/ops/roofline.sql); --out draws the chart")
     p.add_argument("dir", help="warehouse directory")
     p.add_argument("--out", help="write a log-log roofline chart here (.png, .svg or .pdf; needs xprosql[plot])")
     p.add_argument("--profile", action="append", default=[], metavar="ID", help="only this profile (repeatable); the chart draws the first")

@@ -38,17 +38,13 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 from xprosql.errors import XprosqlError
+from xprosql.models.recording import PM_SAMPLE_ARG, PM_SAMPLING_CATEGORY, RECORDER_KEY
 
 __all__ = ["record", "Recording", "CuptiUnavailableError", "records_to_trace", "PmSamples", "RECORDER_KEY",
            "DEFAULT_KINDS", "PM_SAMPLING_CATEGORY", "PM_SAMPLE_ARG"]
 
-RECORDER_KEY = "xprosqlRecorder"
 DEFAULT_KINDS = ("CONCURRENT_KERNEL", "MEMCPY", "MEMSET", "RUNTIME", "DRIVER", "SYNCHRONIZATION", "MARKER")
 _BUFFER_BYTES = 8 * 1024 * 1024
-# PM samples travel as X events of this category; args hold the sample index under PM_SAMPLE_ARG
-# (CUPTI metric names all contain "__", so no metric is called that) and one value per metric.
-PM_SAMPLING_CATEGORY = "pm_sampling"
-PM_SAMPLE_ARG = "sample"
 DEFAULT_SAMPLING_INTERVAL_NS = 1_000_000
 # decode() allocates its counter data image for max_samples up front (kilobytes per sample):
 # size it to the block's length, but bound the host memory a long block can take.

@@ -1,8 +1,17 @@
-"""Exceptions raised by xprosql."""
+"""Exceptions raised by xprosql: every mistake a user can make raises an :class:`XprosqlError`."""
 
 from __future__ import annotations
 
-__all__ = ["XprosqlError", "IngestError", "WarehouseError"]
+__all__ = [
+    "AnalysisError",
+    "IngestError",
+    "ParameterError",
+    "QueryError",
+    "UnknownAnalysisError",
+    "UnknownTableError",
+    "WarehouseError",
+    "XprosqlError",
+]
 
 
 class XprosqlError(Exception):
@@ -25,3 +34,23 @@ class IngestError(XprosqlError):
 
 class WarehouseError(XprosqlError):
     """A warehouse directory is missing, unreadable or not a warehouse."""
+
+
+class UnknownAnalysisError(XprosqlError, LookupError):
+    """No analysis has that name (the message lists those that exist)."""
+
+
+class UnknownTableError(XprosqlError, LookupError):
+    """No warehouse table has that name (the message lists the tables)."""
+
+
+class ParameterError(XprosqlError, ValueError):
+    """An analysis was given a parameter it does not take, a value of the wrong kind, or not one it needs."""
+
+
+class QueryError(XprosqlError):
+    """DuckDB refused a query: the message says which query and why."""
+
+
+class AnalysisError(XprosqlError):
+    """A file of the SQL library is malformed (a bug of xprosql or of a user's own module)."""

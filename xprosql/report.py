@@ -124,7 +124,7 @@ def step_breakdown_chart(steps: pl.DataFrame, *, title: str = "Step time breakdo
     (the first steps of each device). None without matplotlib or rows.
 
     Example:
-        >>> png = step_breakdown_chart(run.bottlenecks(scope="step"))        # doctest: +SKIP
+        >>> png = step_breakdown_chart(run.bottlenecks(scope="step").pl())        # doctest: +SKIP
     """
     plt = _matplotlib()
     rows = steps.filter(pl.col("scope") == "step").sort("device_id", "step_index").head(max_bars)
@@ -156,7 +156,7 @@ def async_chart(summary: pl.DataFrame, *, title: str = "Async operations: expose
     """Horizontal bars per async kind (and direction): exposed and covered window time, summed over ops; PNG bytes.
 
     Example:
-        >>> png = async_chart(run.async_summary())                            # doctest: +SKIP
+        >>> png = async_chart(run.async_summary().pl())                            # doctest: +SKIP
     """
     plt = _matplotlib()
     rows = summary.filter(pl.col("window_ps") > 0).sort("window_ps")
@@ -352,8 +352,8 @@ def build_report(
     bar = _Progress(len(wanted) + 1, stream=sys.stderr if show else None, label="report")
     bar.step(0, "analyses")  # the analyses run once, for every profile
     info = run.sql("SELECT profile_id, source_path, format, host, duration_ps FROM profiles").pl()
-    bottleneck_rows = run.bottlenecks(profiles=wanted) if wanted else pl.DataFrame()
-    summaries = run.async_summary(profiles=wanted) if wanted else pl.DataFrame()
+    bottleneck_rows = run.bottlenecks(profiles=wanted).pl() if wanted else pl.DataFrame()
+    summaries = run.async_summary(profiles=wanted).pl() if wanted else pl.DataFrame()
     roofline = _roofline(run, wanted)
     bar.step(1, "charts")
     plot_ok = charts and _matplotlib() is not None
@@ -389,7 +389,7 @@ def _roofline(run: Run, wanted: list[str]) -> pl.DataFrame | None:
     if not wanted or not hasattr(run, "roofline"):
         return None
     try:
-        return run.roofline(profiles=wanted)
+        return run.roofline(profiles=wanted).pl()
     except Exception:  # the roofline is optional here: a report without it is still a report
         return None
 

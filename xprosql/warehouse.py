@@ -46,7 +46,7 @@ import shutil
 import uuid
 import weakref
 from collections import deque
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
@@ -619,8 +619,13 @@ class Warehouse:
         target_rows: int = PACK_TARGET_ROWS,
         min_profiles: int = 2,
         wait: bool = True,
+        derive: Callable[[str, Snapshot], pa.Table] | None = None,
     ) -> CompactReport | None:
         """Merge small unpacked profiles, and underfull packs, into packs; publish atomically.
+
+        ``derive(table, pack_snapshot)`` computes the rows of each table of ``PACK_DERIVED_TABLES`` for a
+        new pack (``xprosql.engine.derive_stored_table``; ``xprosql.compact`` passes it). Without it the
+        packs store none, and analyses compute those rows from events.
 
         Readers keep working throughout: a snapshot taken before keeps its files
         (see the module docstring). Returns None when ``wait`` is False and another
@@ -670,8 +675,9 @@ class Warehouse:
                     })
                     target = Pack(pack_id, tuple(group)).file(self.root, table)
                     rows[table] = self._write_pack_file(table, target, loose_files, pack_files, group)
-                for table in PACK_DERIVED_TABLES:
-                    rows[table] = self._derive_pack_file(table, Pack(pack_id, tuple(group), dict(rows)), new_generation)
+                for table in PACK_DERIVED_TABLES if derive is not None else ():
+                    pack = Pack(pack_id, tuple(group), dict(rows))
+                    rows[table] = self._write_derived(table, pack, derive(table, Snapshot(str(self.root), new_generation, pack.profiles, {}, (pack,))))
                 new_packs.append({"id": pack_id, "profiles": group, "rows": rows})
                 for table, n in rows.items():
                     report.rows[table] = report.rows.get(table, 0) + n
@@ -702,13 +708,8 @@ class Warehouse:
             report.deleted_files, report.deferred = self.collect_garbage(_compacting=True)
             return report
 
-    def _derive_pack_file(self, table: str, pack: Pack, generation: int) -> int:
-        """Write ``table`` of ``pack`` by its analysis (``sql/<table>.sql``, default parameters) over the pack."""
-        from xprosql.dask import run_on_share
-        from xprosql.queries.analyses import analysis_text, bind_parameters
-
-        snapshot = Snapshot(str(self.root), generation, pack.profiles, {}, (pack,))
-        rows = run_on_share(snapshot, analysis_text(table), bind_parameters(table, {}) or None)
+    def _write_derived(self, table: str, pack: Pack, rows: pa.Table) -> int:
+        """Write the derived ``table`` of ``pack``."""
         schema = pa.schema([pa.field(PARTITION_COLUMN, pa.string()), *TABLES[table]])
         target = Path(pack.file(self.root, table))
         target.parent.mkdir(parents=True, exist_ok=True)

@@ -39,6 +39,7 @@ from typing import IO
 import duckdb
 import pyarrow as pa
 
+from xprosql.engine.executor import derive_stored_table
 from xprosql.errors import IngestError
 from xprosql.ingest import xspace_wire
 from xprosql.ingest.derived import DecodedTables, derive_tables
@@ -326,7 +327,7 @@ def _ingest_file(path: Path, warehouse: Warehouse, *, tags: Mapping[str, str] | 
 def _complete_profile_row(
     batch: pa.RecordBatch, *, path: Path, size: int, sha256: str, run: str | None, host: str, tags: Mapping[str, str]
 ) -> pa.RecordBatch:
-    from xprosql import __version__
+    from xprosql._version import __version__
 
     row = batch.to_pylist()[0]
     row.update(
@@ -480,7 +481,7 @@ def ingest(
         if bar is not None:
             bar.close()
     if report.ingested and (compact is True or (compact == "auto" and warehouse.small_unpacked() >= AUTO_COMPACT_MIN_PROFILES)):
-        report.compaction = warehouse.compact(wait=compact is True)
+        report.compaction = warehouse.compact(wait=compact is True, derive=derive_stored_table)
     return report
 
 

@@ -21,7 +21,7 @@ import numpy as np
 import pyarrow as pa
 from isal import igzip, isal_zlib
 
-from xprosql.cupti import PM_SAMPLING_CATEGORY, RECORDER_KEY
+from xprosql.models.recording import PM_SAMPLING_CATEGORY, RECORDER_KEY
 from xprosql.errors import IngestError
 from xprosql.models import hardware
 from xprosql.models.tables import TABLES

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from xprosql.cupti import PM_SAMPLE_ARG, PM_SAMPLING_CATEGORY
+from xprosql.models.recording import PM_SAMPLE_ARG, PM_SAMPLING_CATEGORY
 
 __all__ = ["PM_SAMPLING_CATEGORY", "pm_sampling_rows"]
 

@@ -1,6 +1,6 @@
 """Tables derived from a profile at ingest, by the packaged SQL, so fleet queries need not rescan events.
 
-``op_stats`` (``sql/op_stats.sql``) sums every op per device: the part of the
+``op_stats`` (``sql/ops/_op_stats.sql``) sums every op per device: the part of the
 roofline that reads events. It is computed once, from the decoded tables of the
 profile being ingested (in memory when they are small, else their staged
 Parquet files), and committed with them, so the roofline of thousands of
@@ -13,10 +13,9 @@ from collections.abc import Iterator
 
 import pyarrow as pa
 
-from xprosql._duckdb import connect
+from xprosql.engine.connection import connect_views
+from xprosql.engine.library import library, placeholders
 from xprosql.models.tables import INGEST_DERIVED_TABLES, TABLES
-from xprosql.queries.analyses import analysis_text, bind_parameters
-from xprosql.queries.functions import register_functions
 from xprosql.warehouse import StagedProfile
 
 __all__ = ["derive_tables", "DecodedTables", "DERIVE_MEMORY_LIMIT"]
@@ -63,22 +62,23 @@ def derive_tables(staged: StagedProfile, decoded: DecodedTables | None = None) -
 
     Reading the files closes them: the profile's decoded tables must all be written.
     """
-    con = connect(config={"memory_limit": DERIVE_MEMORY_LIMIT, "temp_directory": str(staged.directory / ".spill")})
+    kept = decoded.tables() if decoded is not None else None
+    if kept is None:
+        staged.finish(_DECODED)
+    sources = {}
+    for table in _DECODED:
+        source = f"read_parquet({_quoted(str(staged.file(table)))})" if kept is None else f"decoded_{table}"
+        # One profile: its id is dropped from the result, and an empty one is the cheapest key to sort by.
+        sources[table] = f"SELECT '' AS profile_id, * FROM {source}"
+    arrow = {f"decoded_{table}": rows for table, rows in (kept or {}).items()}
+    con = connect_views(sources, arrow=arrow, config={"memory_limit": DERIVE_MEMORY_LIMIT,
+                                                      "temp_directory": str(staged.directory / ".spill")})
+    lib = library()
     try:
-        register_functions(con)
-        kept = decoded.tables() if decoded is not None else None
-        if kept is None:
-            staged.finish(_DECODED)
-        for table in _DECODED:
-            if kept is None:
-                source = f"read_parquet({_quoted(str(staged.file(table)))})"
-            else:
-                con.register(f"decoded_{table}", kept[table])
-                source = f"decoded_{table}"
-            # One profile: its id is dropped from the result, and an empty one is the cheapest key to sort by.
-            con.execute(f"CREATE VIEW {table} AS SELECT '' AS profile_id, * FROM {source}")
-        for name in INGEST_DERIVED_TABLES:
-            rows = con.sql(analysis_text(name), params=bind_parameters(name, {})).to_arrow_table()
+        for name, module_id in INGEST_DERIVED_TABLES.items():
+            text = lib.text(module_id)
+            params = {k: v for k, v in lib.bind(module_id, {}).items() if k in placeholders(text)}
+            rows = (con.sql(text, params=params) if params else con.sql(text)).to_arrow_table()
             yield name, rows.drop_columns(["profile_id"]).cast(TABLES[name])
     finally:
         con.close()

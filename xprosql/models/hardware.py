@@ -1,6 +1,6 @@
 """Hardware peak models, used where a profile does not record its own peaks.
 
-Profile stats always win over these tables (REFERENCE.md section 9). Two
+Profile stats always win over these tables (docs/reference.md, peak numbers). Two
 models live here:
 
 * :func:`gpu_peak_flops_per_s`: XProf's per-SM model of a GPU's FP32 peak from
@@ -102,7 +102,7 @@ class Chip:
 _T, _G, _GIB = 1e12, 1e9, float(1 << 30)
 
 # First match wins, so specific variants come before their family.
-# TPU and A100/H100/H200 numbers: REFERENCE.md section 9. V100 (SXM2) and B200
+# TPU and A100/H100/H200 numbers: docs/reference.md, peak numbers. V100 (SXM2) and B200
 # are not there: they are NVIDIA's datasheet numbers (V100: 125 TFLOP/s fp16
 # tensor, 15.7 fp32, 900 GB/s; B200: 2.25 PFLOP/s dense bf16, 8 TB/s).
 CHIPS: tuple[Chip, ...] = (

@@ -256,7 +256,7 @@ TABLES: dict[str, pa.Schema] = {
         _col("derived_transcendentals", pa.int64(), "transcendental ops (exp, tanh, ...) of one execution, derived like derived_flops"),
         _col("derived_bytes_accessed", pa.int64(), "bytes read and written by one execution, derived from operand and result sizes (fusions: what their body reads plus their results)", "bytes"),
     ]),
-    # Derived at ingest by sql/op_stats.sql from the tables above: what the roofline reads.
+    # Derived at ingest by sql/ops/_op_stats.sql from the tables above: what the roofline reads.
     "op_stats": pa.schema([
         _col("device_id", pa.int32(), "devices.device_id the op ran on"),
         _col("device_kind", _dict_str, "tpu, gpu or cpu (host planes running XLA:CPU programs)"),
@@ -281,9 +281,9 @@ TABLES: dict[str, pa.Schema] = {
         _col("device_start_ps", pa.int64(), "the device's first op start (the same on every row of the device)", "ps"),
         _col("device_end_ps", pa.int64(), "the device's last op end", "ps"),
     ]),
-    # Derived by compaction (sql/steps.sql) for the profiles it packs; empty for unpacked
-    # profiles: run.steps() computes theirs from their events.
-    "steps": pa.schema([
+    # The rows of the steps analysis (sql/steps/steps.sql, default parameters), stored by compaction for the
+    # profiles it packs; empty for unpacked profiles: run.steps() computes theirs from their events.
+    "stored_steps": pa.schema([
         _col("device_id", pa.int32(), "devices.device_id of the busy device"),
         _col("device", pa.string(), "device name, e.g. /device:TPU:0"),
         _col("device_kind", pa.string(), "tpu, gpu, or host (a profile without accelerators)"),
@@ -298,9 +298,9 @@ TABLES: dict[str, pa.Schema] = {
         _col("idle_ps", pa.int64(), "wall_ps - busy_ps", "ps"),
         _col("busy_fraction", pa.float64(), "busy_ps / wall_ps (XProf's duty cycle)"),
     ]),
-    # Derived by compaction (sql/bottleneck_steps.sql, default parameters) for the profiles it packs;
-    # empty for unpacked profiles, whose bottlenecks are computed from their events.
-    "bottleneck_steps": pa.schema([
+    # The rows of sql/steps/_bottleneck_steps.sql (default parameters), stored by compaction for the profiles it
+    # packs; empty for unpacked profiles, whose bottlenecks are computed from their events.
+    "stored_bottleneck_steps": pa.schema([
         _col("device_id", pa.int32(), "devices.device_id"),
         _col("device", pa.string(), "device name"),
         _col("device_kind", pa.string(), "tpu, gpu or host"),
@@ -330,10 +330,11 @@ TABLES: dict[str, pa.Schema] = {
     ]),
 }
 
-# Written by compaction for each pack, from the pack's other tables, rather than at ingest.
-# Written at ingest from the profile's other tables, by the analysis of the same name (sql/<table>.sql).
-INGEST_DERIVED_TABLES: tuple[str, ...] = ("op_stats",)
-PACK_DERIVED_TABLES: tuple[str, ...] = ("steps", "bottleneck_steps")
+# Table -> the SQL module (sql/<area>/<name>.sql) whose rows it stores, run with its default parameters.
+# Written at ingest from the profile's decoded tables:
+INGEST_DERIVED_TABLES: dict[str, str] = {"op_stats": "ops._op_stats"}
+# Written by compaction for each pack, from the pack's other tables:
+PACK_DERIVED_TABLES: dict[str, str] = {"stored_steps": "steps.steps", "stored_bottleneck_steps": "steps._bottleneck_steps"}
 
 
 def table_schema(name: str) -> pa.Schema:

@@ -1,84 +1,68 @@
-"""Holistic Trace Analysis (HTA) analyses as SQL: the Python side of ``sql/hta_*.sql``.
+"""Holistic Trace Analysis (HTA) analyses as SQL: the Python side of ``sql/hta/``.
 
-Each function returns Polars with one row per GPU (temporal breakdown, overlap),
-per stream and idle category, per launched op, or per queue change. They share
-HTA's view of a trace (``sql/hta_gpu_ops.sql``): the last ProfilerStep's ops left
-out unless ``include_last_step=True``, and, with ``us_rounding=True``, every
-event rounded to whole microseconds as HTA does (by default times stay exact).
+One row per GPU (temporal breakdown, overlap), per stream and idle category, per launched op, or per
+queue change. They share HTA's view of a trace (``sql/hta/_gpu_ops.sql``): the last ProfilerStep's ops
+left out unless ``include_last_step=True``, and, with ``us_rounding=True``, every event rounded to
+whole microseconds as HTA does (by default times stay exact). Options left None take the analysis's
+declared default (``xprosql.analyses()``).
 
 Example:
     >>> import xprosql
     >>> run = xprosql.load("run/")                                       # doctest: +SKIP
-    >>> temporal_breakdown(run).select("rank", "idle_pct", "compute_pct", "non_compute_pct")  # doctest: +SKIP
-    >>> launch_stats(run).filter(pl.col("long_delay")).height                 # doctest: +SKIP
+    >>> temporal_breakdown(run.engine, us_rounding=True).pl()           # doctest: +SKIP
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from xprosql.engine import Engine, Result
+from xprosql.queries._params import Profiles, given
 
-import polars as pl
-
-from xprosql.queries.analyses import analysis_frame
-
-if TYPE_CHECKING:
-    from xprosql.run import Run
-
-__all__ = [
-    "comm_comp_overlap",
-    "idle_time",
-    "launch_stats",
-    "queue_length",
-    "temporal_breakdown",
-]
+__all__ = ["comm_comp_overlap", "idle_time", "launch_stats", "queue_length", "temporal_breakdown"]
 
 
-def temporal_breakdown(run: Run, *, profiles: Sequence[str] | None = None, **params: Any) -> pl.DataFrame:
-    """Idle, compute and non-compute time of each GPU's busy span (``sql/hta_temporal_breakdown.sql``).
+def temporal_breakdown(engine: Engine, *, profiles: Profiles = None, include_last_step: bool | None = None,
+                       us_rounding: bool | None = None) -> Result:
+    """Idle, compute and non-compute time (ps) of each GPU's busy span (``sql/hta/temporal_breakdown.sql``)."""
+    return engine.analysis("hta.temporal_breakdown", profiles=profiles,
+                           **given(include_last_step=include_last_step, us_rounding=us_rounding))
 
-    Example:
-        >>> temporal_breakdown(run, us_rounding=True)["idle_pct"]             # doctest: +SKIP
+
+def idle_time(engine: Engine, *, profiles: Profiles = None, include_last_step: bool | None = None,
+              us_rounding: bool | None = None, kernel_wait_ps: int | None = None) -> Result:
+    """Idle gaps per stream split into host_wait, kernel_wait and other, ps (``sql/hta/idle_time.sql``).
+
+    ``kernel_wait_ps``: a gap shorter than this is a kernel wait (HTA: 30 ns).
     """
-    return analysis_frame(run, "hta_temporal_breakdown", profiles, dict(params))
+    return engine.analysis("hta.idle_time", profiles=profiles, **given(
+        include_last_step=include_last_step, us_rounding=us_rounding, kernel_wait_ps=kernel_wait_ps))
 
 
-def idle_time(run: Run, *, profiles: Sequence[str] | None = None, **params: Any) -> pl.DataFrame:
-    """Idle gaps per stream split into host_wait, kernel_wait and other (``sql/hta_idle_time.sql``).
+def comm_comp_overlap(engine: Engine, *, profiles: Profiles = None, include_last_step: bool | None = None,
+                      us_rounding: bool | None = None) -> Result:
+    """Share (0..1) of communication time overlapped by computation, per GPU (``sql/hta/comm_comp_overlap.sql``)."""
+    return engine.analysis("hta.comm_comp_overlap", profiles=profiles,
+                           **given(include_last_step=include_last_step, us_rounding=us_rounding))
 
-    Example:
-        >>> idle_time(run).filter(pl.col("category") == "host_wait")          # doctest: +SKIP
+
+def launch_stats(engine: Engine, *, profiles: Profiles = None, include_last_step: bool | None = None,
+                 us_rounding: bool | None = None, include_memory_events: bool | None = None,
+                 runtime_cutoff_ps: int | None = None, launch_delay_cutoff_ps: int | None = None) -> Result:
+    """One row per launched GPU op: call duration, op duration, launch delay (ps) and outlier flags
+    (``sql/hta/launch_stats.sql``; HTA flags calls over 50 us and delays over 100 us).
     """
-    return analysis_frame(run, "hta_idle_time", profiles, dict(params))
+    return engine.analysis("hta.launch_stats", profiles=profiles, **given(
+        include_last_step=include_last_step, us_rounding=us_rounding, include_memory_events=include_memory_events,
+        runtime_cutoff_ps=runtime_cutoff_ps, launch_delay_cutoff_ps=launch_delay_cutoff_ps))
 
 
-def comm_comp_overlap(run: Run, *, profiles: Sequence[str] | None = None, **params: Any) -> pl.DataFrame:
-    """Share of communication time overlapped by computation, per GPU (``sql/hta_comm_comp_overlap.sql``).
-
-    Example:
-        >>> comm_comp_overlap(run).select("rank", "overlap_pct")               # doctest: +SKIP
+def queue_length(engine: Engine, *, profiles: Profiles = None, summary: bool = False,
+                 include_last_step: bool | None = None, us_rounding: bool | None = None,
+                 max_queue_length: int | None = None) -> Result:
+    """Launch queue length per stream over time (``sql/hta/queue_length.sql``), or with ``summary=True``
+    per stream its max, time-weighted mean and time at a full queue of ``max_queue_length`` launches
+    (``sql/hta/queue_summary.sql``).
     """
-    return analysis_frame(run, "hta_comm_comp_overlap", profiles, dict(params))
-
-
-def launch_stats(run: Run, *, profiles: Sequence[str] | None = None, **params: Any) -> pl.DataFrame:
-    """One row per launched GPU op: call duration, op duration, launch delay and outlier flags
-    (``sql/hta_launch_stats.sql``).
-
-    Example:
-        >>> launch_stats(run).select(pl.col("launch_delay_ps").mean())         # doctest: +SKIP
-    """
-    return analysis_frame(run, "hta_launch_stats", profiles, dict(params))
-
-
-def queue_length(
-    run: Run, *, profiles: Sequence[str] | None = None, summary: bool = False, **params: Any
-) -> pl.DataFrame:
-    """Launch queue length per stream over time (``sql/hta_queue_length.sql``), or with
-    ``summary=True`` per stream its max, time-weighted mean and time at a full queue
-    (``sql/hta_queue_summary.sql``, ``max_queue_length=1024``).
-
-    Example:
-        >>> queue_length(run, summary=True).select("stream_id", "max_queue_length", "time_at_full_ps")  # doctest: +SKIP
-    """
-    return analysis_frame(run, "hta_queue_summary" if summary else "hta_queue_length", profiles, dict(params))
+    options = given(include_last_step=include_last_step, us_rounding=us_rounding)
+    if summary:
+        return engine.analysis("hta.queue_summary", profiles=profiles, **options, **given(max_queue_length=max_queue_length))
+    return engine.analysis("hta.queue_length", profiles=profiles, **options)

@@ -1,34 +1,32 @@
 """Roofline and memory-bound classification: the SQL analyses, a Polars twin, and a chart.
 
-:func:`roofline` and :func:`memory_bound` run ``sql/roofline.sql`` and
-``sql/memory_bound.sql`` (see their headers for every column).
+:func:`roofline` and :func:`memory_bound` run ``sql/ops/roofline.sql`` and
+``sql/ops/memory_bound.sql`` (see their headers, or ``xprosql.analyses()``, for every column).
 :func:`roofline_polars` computes the same roofline with Polars LazyFrames over
 the same Parquet files, step for step, so either engine answers the same
 question with the same numbers. :func:`plot_roofline` draws the classic
 log-log chart.
 
 Example:
-    >>> run = xprosql.load("run/")                                       # doctest: +SKIP
-    >>> ops = roofline(run, top=10).filter(pl.col("row_kind") == "op")   # doctest: +SKIP
-    >>> ops.select("op", "operational_intensity", "ridge_point", "bound_by")  # doctest: +SKIP
-    >>> plot_roofline(roofline(run), "roofline.png")                     # doctest: +SKIP
+    >>> run = xprosql.load("run/")                                                # doctest: +SKIP
+    >>> ops = roofline(run.engine, top=10).pl().filter(pl.col("row_kind") == "op")  # doctest: +SKIP
+    >>> ops.select("op", "operational_intensity", "ridge_point", "bound_by")       # doctest: +SKIP
+    >>> plot_roofline(roofline(run.engine).pl(), "roofline.png")                 # doctest: +SKIP
 """
 
 from __future__ import annotations
 
 import math
 import os
-from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import polars as pl
 
+from xprosql.engine import Engine, Result
+from xprosql.engine.functions import decode_memory_access_breakdown
 from xprosql.models.hardware import chip_for_model
-from xprosql.queries.functions import decode_memory_access_breakdown
-
-if TYPE_CHECKING:
-    from xprosql.run import Run
+from xprosql.queries._params import Profiles, given
 
 __all__ = ["memory_bound", "plot_roofline", "roofline", "roofline_polars", "ROOFLINE_KEYS"]
 
@@ -40,82 +38,57 @@ _MEMORIES = ("HBM", "VMEM read", "VMEM write", "CMEM read", "CMEM write")
 _ASYNC_OP = r"-(start|done)(\.[0-9]+)?$"
 
 
-def _profile_list(run: Run, profiles: Sequence[str] | str | None) -> list[str] | None:
-    if profiles is None:
-        return None
-    wanted = [profiles] if isinstance(profiles, str) else list(profiles)
-    missing = sorted(set(wanted) - set(run.profile_ids))
-    if missing:
-        raise KeyError(f"profiles not in {run.path}: {missing}")
-    return wanted
-
-
-def _peak_params(peak_flops_per_s: float | None, peak_hbm_bytes_per_s: float | None, peak_source: str) -> dict[str, Any]:
-    return {
-        "peak_flops_per_s": None if peak_flops_per_s is None else float(peak_flops_per_s),
-        "peak_hbm_bytes_per_s": None if peak_hbm_bytes_per_s is None else float(peak_hbm_bytes_per_s),
-        "peak_source": peak_source,
-    }
-
-
 def roofline(
-    run: Run,
+    engine: Engine,
     *,
-    profiles: Sequence[str] | str | None = None,
+    profiles: Profiles = None,
     top: int | None = None,
     peak_flops_per_s: float | None = None,
     peak_hbm_bytes_per_s: float | None = None,
-    peak_source: str = "user",
-) -> pl.DataFrame:
-    """``sql/roofline.sql``: one row per op, program and profile (see the file for the columns).
+    peak_source: str | None = None,
+) -> Result:
+    """``sql/ops/roofline.sql``: one row per op, program and profile (see ``xprosql.analyses()`` for the columns).
 
-    ``peak_*`` override every device's peaks (and are the only CPU roof);
-    ``peak_source`` is what the output's ``peak_*_source`` columns then say.
+    ``top``: op rows kept per (profile, device kind), by self time. ``peak_flops_per_s`` (FLOP/s) and
+    ``peak_hbm_bytes_per_s`` (bytes/s) override every device's peaks (and are the only CPU roof);
+    ``peak_source`` is what the output's ``peak_*_source`` columns then say (default ``user``).
 
     Example:
-        >>> roofline(run, top=5, peak_flops_per_s=2e11, peak_hbm_bytes_per_s=2e10)  # doctest: +SKIP
+        >>> roofline(run.engine, top=5, peak_flops_per_s=2e11, peak_hbm_bytes_per_s=2e10).pl()  # doctest: +SKIP
     """
-    params = {"profiles": _profile_list(run, profiles), "top": top,
-              **_peak_params(peak_flops_per_s, peak_hbm_bytes_per_s, peak_source)}
-    return run.analysis("roofline", **params).pl()
+    return engine.analysis("ops.roofline", profiles=profiles, **given(
+        top=top, peak_flops_per_s=_float(peak_flops_per_s), peak_hbm_bytes_per_s=_float(peak_hbm_bytes_per_s),
+        peak_source=peak_source))
 
 
 def memory_bound(
-    run: Run,
+    engine: Engine,
     *,
-    profiles: Sequence[str] | str | None = None,
+    profiles: Profiles = None,
     top: int | None = None,
-    high_utilization: float = 0.7,
-    low_utilization: float = 0.5,
+    high_utilization: float | None = None,
+    low_utilization: float | None = None,
     peak_flops_per_s: float | None = None,
     peak_hbm_bytes_per_s: float | None = None,
-    peak_source: str = "user",
-) -> pl.DataFrame:
-    """``sql/memory_bound.sql``: each op compute- or memory-bound; per profile the shares of device time.
+    peak_source: str | None = None,
+) -> Result:
+    """``sql/ops/memory_bound.sql``: each op compute- or memory-bound; per profile the shares (0..1) of device time.
 
-    ``top`` keeps the op rows with the most self time per (profile, device
-    kind); the profile rows' shares always cover every op.
+    ``top`` keeps the op rows with the most self time per (profile, device kind); the profile rows'
+    shares always cover every op. ``high_utilization`` / ``low_utilization`` (0..1): XProf's
+    thresholds for the profile verdict. Peaks as in :func:`roofline`.
 
     Example:
-        >>> memory_bound(run).filter(pl.col("row_kind") == "profile").select("profile_id", "memory_bound_share")  # doctest: +SKIP
+        >>> memory_bound(run.engine).pl().filter(pl.col("row_kind") == "profile")  # doctest: +SKIP
     """
-    frame = run.analysis(
-        "memory_bound",
-        profiles=_profile_list(run, profiles),
-        top=None,  # shares need every op
-        high_utilization=float(high_utilization),
-        low_utilization=float(low_utilization),
-        **_peak_params(peak_flops_per_s, peak_hbm_bytes_per_s, peak_source),
-    ).pl()
-    if top is None:
-        return frame
-    rank = pl.int_range(pl.len()).over(["profile_id", "device_kind", "row_kind"])
-    return frame.filter((pl.col("row_kind") != "op") | (rank < top))
+    return engine.analysis("ops.memory_bound", profiles=profiles, **given(
+        top=top, high_utilization=_float(high_utilization), low_utilization=_float(low_utilization),
+        peak_flops_per_s=_float(peak_flops_per_s), peak_hbm_bytes_per_s=_float(peak_hbm_bytes_per_s),
+        peak_source=peak_source))
 
 
-# ---------------------------------------------------------------------------
-# The same roofline in Polars
-# ---------------------------------------------------------------------------
+def _float(value: float | None) -> float | None:
+    return None if value is None else float(value)
 
 
 def _strings(frame: pl.LazyFrame) -> pl.LazyFrame:
@@ -152,9 +125,9 @@ def _breakdown_frame(rows: list[tuple[Any, ...]], keys: list[str]) -> pl.DataFra
 
 
 def roofline_polars(
-    run: Run,
+    engine: Engine,
     *,
-    profiles: Sequence[str] | str | None = None,
+    profiles: Profiles = None,
     top: int | None = None,
     peak_flops_per_s: float | None = None,
     peak_hbm_bytes_per_s: float | None = None,
@@ -163,12 +136,12 @@ def roofline_polars(
     """The roofline of :func:`roofline`, computed with Polars instead of DuckDB (same rows and columns).
 
     Example:
-        >>> roofline_polars(run).filter(pl.col("row_kind") == "profile")   # doctest: +SKIP
+        >>> roofline_polars(run.engine).filter(pl.col("row_kind") == "profile")   # doctest: +SKIP
     """
-    wanted = _profile_list(run, profiles)
+    wanted = None if profiles is None else list(engine.restricted(profiles).profile_ids)
 
     def table(name: str) -> pl.LazyFrame:
-        frame = _strings(run.table(name))
+        frame = _strings(engine.table(name))
         return frame if wanted is None else frame.filter(pl.col("profile_id").is_in(wanted))
 
     devices = table("devices")
@@ -531,7 +504,7 @@ def plot_roofline(
     most device time is drawn.
 
     Example:
-        >>> plot_roofline(run.roofline(), "roofline.png")              # doctest: +SKIP
+        >>> plot_roofline(run.roofline().pl(), "roofline.png")              # doctest: +SKIP
     """
     try:
         import matplotlib

@@ -1,0 +1,46 @@
+-- hta.launch_stats: one row per GPU op launched by a CUDA call, with the call's
+-- duration, the op's duration and the launch delay between them (HTA's CUDA
+-- kernel launch statistics, docs/reference.md, HTA).
+--
+-- Built on hta_gpu_ops (included below, with its parameters). Launch calls are
+-- cudaLaunchKernel, cudaLaunchKernelExC and MTIA's runFunction, plus
+-- cudaMemcpyAsync and cudaMemsetAsync with $include_memory_events (HTA's
+-- list). Launch delay = op start - (call start + call duration), at least 0.
+--
+-- Parameters:
+--   $include_memory_events  BOOLEAN  count copies and memsets launched by cudaMemcpyAsync / cudaMemsetAsync (default: true)
+--   $runtime_cutoff_ps      BIGINT   a call longer than this is a runtime outlier, ps; HTA's 50 us (default: 50000000)
+--   $launch_delay_cutoff_ps BIGINT   a delay longer than this is a launch-delay outlier, ps; HTA's 100 us (default: 100000000)
+--
+-- Passes: $include_last_step $us_rounding (to its includes, with their defaults and meaning)
+--
+-- Columns:
+--   profile_id  VARCHAR  profile (profiles.profile_id)
+--   rank  BIGINT  distributed rank (profiles.rank)
+--   device_id  INTEGER  devices.device_id of the GPU
+--   stream_id  BIGINT  CUDA stream of the op
+--   correlation_id  BIGINT  CUPTI correlation id joining the call and the op
+--   launch_name  VARCHAR  the CUDA call
+--   name  VARCHAR  the op (kernel name, Memcpy ..., Memset ...)
+--   launch_start_ps  BIGINT  call start, ps
+--   cpu_dur_ps  BIGINT  call duration, ps
+--   gpu_dur_ps  BIGINT  op duration, ps
+--   launch_delay_ps  BIGINT  op start - call end, at least 0, ps
+--   short_kernel  BOOLEAN  the op ran shorter than its call, and the call was not an outlier (HTA's "short GPU kernels")
+--   long_runtime  BOOLEAN  cpu_dur_ps > $runtime_cutoff_ps
+--   long_delay  BOOLEAN  launch_delay_ps > $launch_delay_cutoff_ps
+WITH hta_gpu_ops AS (
+-- @include hta._gpu_ops
+)
+SELECT
+    profile_id, rank, device_id, stream_id, correlation_id, launch_name, name, launch_start_ps,
+    launch_dur_ps AS cpu_dur_ps,
+    dur_ps AS gpu_dur_ps,
+    greatest(start_ps - launch_start_ps - launch_dur_ps, 0) AS launch_delay_ps,
+    launch_dur_ps <= CAST($runtime_cutoff_ps AS BIGINT) AND dur_ps < launch_dur_ps AS short_kernel,
+    launch_dur_ps > CAST($runtime_cutoff_ps AS BIGINT) AS long_runtime,
+    greatest(start_ps - launch_start_ps - launch_dur_ps, 0) > CAST($launch_delay_cutoff_ps AS BIGINT) AS long_delay
+FROM hta_gpu_ops
+WHERE launch_name IN ('cudaLaunchKernel', 'cudaLaunchKernelExC', 'runFunction - job_prep_and_submit_for_execution')
+   OR (CAST($include_memory_events AS BOOLEAN) AND launch_name IN ('cudaMemcpyAsync', 'cudaMemsetAsync'))
+ORDER BY profile_id, device_id, launch_start_ps, correlation_id

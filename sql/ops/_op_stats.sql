@@ -1,0 +1,276 @@
+-- ops._op_stats: every op of a profile summed per device: the part of the roofline
+-- that reads events. xprosql stores it per profile at ingest (table op_stats),
+-- so the roofline of thousands of profiles reads a few rows of each.
+--
+-- Ops are the events of TPU `XLA Ops` lines, of GPU stream lines (Kineto
+-- gpu_user_annotation ranges excepted), and, in profiles without accelerators
+-- (JAX on CPU), the host events XLA tags with an HLO op. Times use the device
+-- clock where an event records it (TPU device_offset_ps / device_duration_ps),
+-- as XProf does. Self time is an op's time minus the time of the ops nested in
+-- it on the same line (nesting by timespan).
+--
+-- Cost data: an op's flops / bytes_accessed stats (TPU and XLA GPU profiles),
+-- else the costs xprosql derives from the embedded HLO (hlo_ops.derived_*),
+-- else none (cost_source NULL). HBM / VMEM / CMEM bytes come from the
+-- memory_access_breakdown stat, decoded by the SQL function
+-- xprosql_memory_access(BLOB) that xprosql registers.
+--
+-- The bytes of an async pair (`<base>-start[.N]` .. `<base>-done[.N]`, e.g.
+-- copy-start / copy-done; send and recv start without a suffix) move during the
+-- window from the start op's start to the done op's end (async_window_ps).
+--
+-- Parameters:
+--
+-- Columns:
+--   profile_id  VARCHAR  profile (profiles.profile_id)
+--   device_id  INTEGER  devices.device_id the op ran on
+--   device_kind  VARCHAR  tpu, gpu or cpu (host planes running XLA:CPU programs)
+--   program_id  UBIGINT  XLA program id; NULL for ops without one
+--   op  VARCHAR  HLO op (events.hlo_op), else the event name (a GPU kernel)
+--   module  VARCHAR  HLO module name, when known
+--   category  VARCHAR  HLO category from the profile, else the HLO opcode
+--   cost_source  VARCHAR  where flops and bytes came from: profile (op stats), hlo (hlo_ops.derived_*) or NULL (none)
+--   occurrences  BIGINT  executions
+--   total_time_ps  BIGINT  time including nested ops, ps
+--   self_time_ps  BIGINT  total_time_ps minus nested ops' time, ps
+--   async_window_ps  BIGINT  async pairs: start-to-done windows of the occurrences, summed, ps; NULL otherwise
+--   bandwidth_time_ps  BIGINT  the time bytes move in: async windows, else the ops' time, ps
+--   flops  DOUBLE  FLOPs, summed over occurrences
+--   bytes_accessed  DOUBLE  bytes read and written, summed over occurrences
+--   has_breakdown  BOOLEAN  some occurrence has a memory_access_breakdown
+--   breakdown_hbm_bytes  DOUBLE  HBM bytes of the breakdowns (memory space 1); 0 without one
+--   vmem_read_bytes  DOUBLE  VMEM bytes read (breakdown memory space 3, operation 1); 0 without a breakdown
+--   vmem_write_bytes  DOUBLE  VMEM bytes written (memory space 3, operation 2)
+--   cmem_read_bytes  DOUBLE  CMEM bytes read (memory space 2, operation 1)
+--   cmem_write_bytes  DOUBLE  CMEM bytes written (memory space 2, operation 2)
+--   device_start_ps  BIGINT  the device's first op start (the same on every row of the device), ps
+--   device_end_ps  BIGINT  the device's last op end, ps
+WITH accelerated AS (
+    SELECT DISTINCT profile_id FROM devices WHERE kind IN ('tpu', 'gpu')
+),
+-- Lines that hold ops: TPU `XLA Ops`, GPU streams, and the host threads of
+-- profiles without accelerators (JAX on CPU), where ops are the events XLA
+-- tags with an HLO op.
+op_lines AS (
+    SELECT
+        t.profile_id, t.device_id, t.track_id, d.kind,
+        CASE WHEN d.kind IN ('tpu', 'gpu') THEN d.kind ELSE 'cpu' END AS device_kind
+    FROM tracks AS t
+    JOIN devices AS d USING (profile_id, device_id)
+    WHERE (
+            (d.kind = 'tpu' AND t.name = 'XLA Ops')
+         OR (d.kind = 'gpu' AND t.stream_id IS NOT NULL)
+         OR (d.kind IN ('host', 'cpu') AND t.profile_id NOT IN (SELECT profile_id FROM accelerated))
+      )
+),
+op_events AS MATERIALIZED (
+    SELECT
+        e.profile_id,
+        e.device_id,
+        e.track_id,
+        e.event_id,
+        e.metadata_id,
+        l.device_kind,
+        e.program_id,
+        e.hlo_op,
+        coalesce(e.hlo_op, e.name) AS op,
+        e.hlo_module,
+        e.category,
+        coalesce(e.num_occurrences, 1) AS occurrences,
+        coalesce(e.device_offset_ps, e.start_ps) AS start_ps,
+        coalesce(e.device_duration_ps, e.dur_ps) AS dur_ps,
+        e.flops,
+        e.bytes_accessed
+    FROM events AS e
+    JOIN op_lines AS l USING (profile_id, device_id, track_id)
+    WHERE CASE l.kind
+              WHEN 'tpu' THEN true
+              WHEN 'gpu' THEN coalesce(e.category, '') <> 'gpu_user_annotation'
+              ELSE e.hlo_op IS NOT NULL
+          END
+),
+-- Nesting, per line: order by start (longer first). Only lines where an op
+-- starts before an earlier one ends nest at all; there an op's depth is the
+-- number of earlier ops still open when it starts, and its parent the latest
+-- earlier op one level up.
+nesting_lines AS (
+    -- Some op starts before an earlier one ends exactly when one starts before its predecessor ends.
+    SELECT DISTINCT profile_id, track_id
+    FROM (
+        SELECT profile_id, track_id, start_ps,
+            lag(start_ps + dur_ps) OVER (PARTITION BY profile_id, track_id ORDER BY start_ps) AS previous_end_ps
+        FROM op_events
+        WHERE start_ps IS NOT NULL
+    )
+    WHERE previous_end_ps > start_ps
+),
+ordered AS MATERIALIZED (
+    SELECT
+        profile_id, track_id, event_id, start_ps, dur_ps,
+        row_number() OVER (PARTITION BY profile_id, track_id ORDER BY start_ps, dur_ps DESC, event_id) AS ord
+    FROM op_events SEMI JOIN nesting_lines USING (profile_id, track_id)
+    WHERE start_ps IS NOT NULL
+),
+points AS (
+    SELECT profile_id, track_id, event_id, ord, dur_ps, start_ps AS at_ps, 0 AS is_end FROM ordered
+    UNION ALL
+    SELECT profile_id, track_id, event_id, ord, dur_ps, start_ps + dur_ps, 1 FROM ordered
+),
+depths AS MATERIALIZED (
+    SELECT
+        profile_id, track_id, event_id, ord, dur_ps,
+        ord - 1 - sum(is_end) OVER (
+            PARTITION BY profile_id, track_id ORDER BY at_ps, ord, is_end ROWS UNBOUNDED PRECEDING
+        ) AS depth,
+        is_end
+    FROM points
+    QUALIFY is_end = 0
+),
+-- Each op at depth d marks level d; each op below looks up the latest mark at its depth - 1.
+levels AS (
+    SELECT profile_id, track_id, depth AS level, ord, event_id AS mark_id, NULL AS child_ps FROM depths
+    UNION ALL
+    SELECT profile_id, track_id, depth - 1, ord, NULL, dur_ps FROM depths WHERE depth > 0
+),
+children AS (
+    SELECT profile_id, parent_id, sum(child_ps) AS children_ps
+    FROM (
+        SELECT
+            profile_id, child_ps,
+            last_value(mark_id IGNORE NULLS) OVER (
+                PARTITION BY profile_id, track_id, level ORDER BY ord, child_ps NULLS FIRST ROWS UNBOUNDED PRECEDING
+            ) AS parent_id
+        FROM levels
+    )
+    WHERE child_ps IS NOT NULL
+    GROUP BY ALL
+),
+-- Async pairs on the same line: each done with the latest matching start before it.
+async_names AS (
+    SELECT op, regexp_replace(op, '-(start|done)(\.[0-9]+)?$', '\2') AS pair_base, regexp_matches(op, '-done(\.[0-9]+)?$') AS is_done
+    FROM (SELECT DISTINCT op FROM op_events)
+    WHERE regexp_matches(op, '-(start|done)(\.[0-9]+)?$') OR regexp_matches(op, '^(send|recv)(\.[0-9]+)?$')
+),
+async_events AS MATERIALIZED (
+    SELECT o.profile_id, o.track_id, o.program_id, a.pair_base, a.is_done, o.event_id, o.start_ps, o.start_ps + o.dur_ps AS end_ps
+    FROM op_events AS o
+    JOIN async_names AS a USING (op)
+    WHERE o.start_ps IS NOT NULL
+),
+async_pairs AS MATERIALIZED (
+    -- A start whose next event of its pair is a done: that done's latest start. A
+    -- start followed by another start, or a done after a done, has no window.
+    SELECT profile_id, event_id AS start_id, next_id AS done_id, next_end_ps - start_ps AS window_ps
+    FROM (
+        SELECT
+            profile_id, event_id, start_ps, is_done,
+            lead(event_id) OVER w AS next_id,
+            lead(is_done) OVER w AS next_is_done,
+            lead(end_ps) OVER w AS next_end_ps
+        FROM async_events
+        WINDOW w AS (PARTITION BY profile_id, track_id, program_id, pair_base ORDER BY start_ps, is_done, event_id)
+    )
+    WHERE NOT is_done AND next_is_done
+),
+async_windows AS (
+    SELECT profile_id, start_id AS event_id, window_ps FROM async_pairs
+    UNION ALL
+    SELECT profile_id, done_id, window_ps FROM async_pairs
+),
+-- Memory access breakdowns, per breakdown: bytes by memory space (1 HBM, 2 CMEM,
+-- 3 VMEM) and direction (1 read, 2 write). Summed here, on the few breakdowns,
+-- rather than on each occurrence of their ops.
+breakdowns AS (
+    SELECT
+        owner, profile_id, device_id, metadata_id, event_id,
+        len(accesses) > 0 AS has_breakdown,
+        coalesce(list_sum(list_transform(list_filter(accesses, lambda a: a.memory_space = 1), lambda a: a.bytes)), 0) AS hbm_each,
+        coalesce(list_sum(list_transform(list_filter(accesses, lambda a: a.memory_space = 3 AND a.operation_type = 1), lambda a: a.bytes)), 0) AS vmem_read_each,
+        coalesce(list_sum(list_transform(list_filter(accesses, lambda a: a.memory_space = 3 AND a.operation_type = 2), lambda a: a.bytes)), 0) AS vmem_write_each,
+        coalesce(list_sum(list_transform(list_filter(accesses, lambda a: a.memory_space = 2 AND a.operation_type = 1), lambda a: a.bytes)), 0) AS cmem_read_each,
+        coalesce(list_sum(list_transform(list_filter(accesses, lambda a: a.memory_space = 2 AND a.operation_type = 2), lambda a: a.bytes)), 0) AS cmem_write_each
+    FROM (
+        SELECT 'metadata' AS owner, m.profile_id, m.device_id, m.metadata_id, NULL::BIGINT AS event_id,
+               xprosql_memory_access(m.bytes_value) AS accesses
+        FROM metadata_stats AS m
+        WHERE m.stat = 'memory_access_breakdown' AND m.bytes_value IS NOT NULL
+        QUALIFY row_number() OVER (PARTITION BY m.profile_id, m.device_id, m.metadata_id) = 1
+        UNION ALL
+        SELECT 'event', s.profile_id, NULL, NULL, s.event_id, xprosql_memory_access(s.bytes_value)
+        FROM event_stats AS s
+        WHERE s.stat = 'memory_access_breakdown' AND s.bytes_value IS NOT NULL
+        QUALIFY row_number() OVER (PARTITION BY s.profile_id, s.event_id) = 1
+    )
+    -- A breakdown that does not decode (NULL) counts as none, as an absent one does.
+    WHERE accesses IS NOT NULL
+),
+metadata_breakdowns AS (SELECT * FROM breakdowns WHERE owner = 'metadata'),
+event_breakdowns AS (SELECT * FROM breakdowns WHERE owner = 'event'),
+hlo AS (
+    SELECT
+        h.profile_id, h.program_id, h.hlo_op,
+        any_value(h.opcode) AS opcode,
+        any_value(h.derived_flops) AS derived_flops,
+        any_value(h.derived_bytes_accessed) AS derived_bytes_accessed
+    FROM hlo_ops AS h
+    GROUP BY ALL
+),
+costed AS (
+    SELECT
+        o.*,
+        greatest(o.dur_ps - coalesce(c.children_ps, 0), 0) AS self_ps,
+        coalesce(o.flops, h.derived_flops) AS flops_each,
+        coalesce(o.bytes_accessed, h.derived_bytes_accessed) AS bytes_each,
+        CASE
+            WHEN o.flops IS NOT NULL OR o.bytes_accessed IS NOT NULL THEN 'profile'
+            WHEN h.derived_flops IS NOT NULL OR h.derived_bytes_accessed IS NOT NULL THEN 'hlo'
+        END AS cost_source,
+        h.opcode,
+        -- An event's own breakdown, else its metadata's: per occurrence.
+        coalesce(eb.has_breakdown, mb.has_breakdown, false) AS has_breakdown,
+        coalesce(eb.hbm_each, mb.hbm_each, 0) AS hbm_each,
+        coalesce(eb.vmem_read_each, mb.vmem_read_each, 0) AS vmem_read_each,
+        coalesce(eb.vmem_write_each, mb.vmem_write_each, 0) AS vmem_write_each,
+        coalesce(eb.cmem_read_each, mb.cmem_read_each, 0) AS cmem_read_each,
+        coalesce(eb.cmem_write_each, mb.cmem_write_each, 0) AS cmem_write_each,
+        w.window_ps
+    FROM op_events AS o
+    LEFT JOIN children AS c ON c.profile_id = o.profile_id AND c.parent_id = o.event_id
+    LEFT JOIN hlo AS h ON h.profile_id = o.profile_id AND h.program_id = o.program_id AND h.hlo_op = o.hlo_op
+    LEFT JOIN event_breakdowns AS eb ON eb.profile_id = o.profile_id AND eb.event_id = o.event_id
+    LEFT JOIN metadata_breakdowns AS mb
+      ON mb.profile_id = o.profile_id AND mb.device_id = o.device_id AND mb.metadata_id = o.metadata_id
+    LEFT JOIN async_windows AS w ON w.profile_id = o.profile_id AND w.event_id = o.event_id
+),
+per_device AS (
+    SELECT
+        profile_id, device_id, device_kind, program_id, op,
+        any_value(hlo_module) AS module,
+        coalesce(any_value(category), any_value(opcode)) AS category,
+        CASE WHEN bool_or(cost_source = 'profile') THEN 'profile' WHEN bool_or(cost_source = 'hlo') THEN 'hlo' END AS cost_source,
+        CAST(sum(occurrences) AS BIGINT) AS occurrences,
+        CAST(sum(dur_ps) AS BIGINT) AS total_time_ps,
+        CAST(sum(self_ps) AS BIGINT) AS self_time_ps,
+        CAST(sum(window_ps) AS BIGINT) AS async_window_ps,
+        CAST(sum(coalesce(window_ps, dur_ps)) AS BIGINT) AS bandwidth_time_ps,
+        CAST(sum(flops_each * occurrences) AS DOUBLE) AS flops,
+        CAST(sum(bytes_each * occurrences) AS DOUBLE) AS bytes_accessed,
+        bool_or(has_breakdown) AS has_breakdown,
+        CAST(sum(hbm_each * occurrences) AS DOUBLE) AS breakdown_hbm_bytes,
+        CAST(sum(vmem_read_each * occurrences) AS DOUBLE) AS vmem_read_bytes,
+        CAST(sum(vmem_write_each * occurrences) AS DOUBLE) AS vmem_write_bytes,
+        CAST(sum(cmem_read_each * occurrences) AS DOUBLE) AS cmem_read_bytes,
+        CAST(sum(cmem_write_each * occurrences) AS DOUBLE) AS cmem_write_bytes
+    FROM costed
+    GROUP BY profile_id, device_id, device_kind, program_id, op
+),
+device_spans AS (
+    SELECT profile_id, device_id, min(start_ps) AS device_start_ps, max(start_ps + dur_ps) AS device_end_ps
+    FROM op_events
+    WHERE start_ps IS NOT NULL
+    GROUP BY ALL
+)
+SELECT o.*, s.device_start_ps, s.device_end_ps
+FROM per_device AS o
+LEFT JOIN device_spans AS s USING (profile_id, device_id)
+ORDER BY profile_id, device_id, self_time_ps DESC, program_id, op

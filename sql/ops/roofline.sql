@@ -1,0 +1,297 @@
+-- ops.roofline: where each op sits under its device's roofs (peak FLOP/s and memory
+-- bandwidths), for one profile or thousands, in one query.
+--
+-- One row per (profile_id, device_kind, program_id, op), plus a total per
+-- program and per (profile, device kind) built the way XProf builds its
+-- "Program" row: FLOPs and bytes summed over innermost ops only (categories
+-- call, conditional, while and megacore fusion hold other ops), HBM bytes from
+-- the summed memory breakdown (all bytes count as HBM when no op has one).
+--
+-- Built on the op_stats table (sql/op_stats.sql, stored per profile at
+-- ingest): which events are ops, self time (nesting), cost data (profile
+-- stats, else HLO-derived, else none: cost_source NULL, bound_by 'unknown'),
+-- memory breakdowns. An op without a breakdown counts all its bytes as HBM
+-- (XProf's rule).
+--
+-- Peaks per (profile, device kind): a $peak_* parameter when given (it wins);
+-- else the profile's own device stats (devices.peak_*; GPU FLOP/s modelled
+-- from SMs x clock at ingest); else the published chip numbers of
+-- hardware_models (xprosql.models.hardware), matched on devices.model (and
+-- memory_bytes, which tells board variants apart). CPUs
+-- have no modelled peak: pass one. VMEM / CMEM peaks come from the profile.
+--
+-- Deliberate difference from XProf: the bytes of an async pair (copy-start /
+-- copy-done, ...) move during the pair's window (op_stats.async_window_ps).
+-- XProf divides them by the few nanoseconds of the start op (hundreds of
+-- millions of GiB/s in the TPU sample); here both ops' bandwidths are bytes
+-- over their pairs' windows.
+--
+-- Parameters:
+--   $top                   BIGINT     op rows kept per (profile, device kind), by self time; NULL for all (default: NULL)
+--   $peak_flops_per_s      DOUBLE     peak FLOP/s for every device, overriding the profile and the chip table; the CPU roof (default: NULL)
+--   $peak_hbm_bytes_per_s  DOUBLE     peak HBM bandwidth (CPU: DRAM) for every device, bytes/s, overriding like $peak_flops_per_s (default: NULL)
+--   $peak_source           VARCHAR    what an overridden peak's source column says, e.g. user or measured (default: 'user')
+--
+-- Columns:
+--   row_kind  VARCHAR  'op', 'program' (one program's total) or 'profile' (the profile's total on that device kind, XProf's Program row)
+--   profile_id  VARCHAR  profile (profiles.profile_id)
+--   device_kind  VARCHAR  tpu, gpu or cpu (host planes running XLA:CPU programs)
+--   program_id  UBIGINT  XLA program id; NULL on profile rows and for ops without one
+--   module  VARCHAR  HLO module name, when known
+--   op  VARCHAR  HLO op (events.hlo_op), else the event name (a GPU kernel); NULL on total rows
+--   category  VARCHAR  HLO category from the profile, else the HLO opcode
+--   cost_source  VARCHAR  where flops and bytes came from: profile (op stats), hlo (derived from hlo_ops) or NULL (none)
+--   devices  BIGINT  devices of this kind the op ran on
+--   occurrences  BIGINT  executions, summed over devices (total rows: over their ops)
+--   total_time_ps  BIGINT  time including nested ops, summed over devices, ps; program rows: the program's busy time (its ops' self time); profile rows: device time, as XProf
+--   self_time_ps  BIGINT  total_time_ps minus nested ops' time, ps (total rows: summed self time of their ops)
+--   device_time_ps  BIGINT  per (profile, device kind): each device's first op start to last op end, summed over devices, ps
+--   self_time_share  DOUBLE  self_time_ps / device_time_ps (XProf's "Total self time (%)" / 100)
+--   async_window_ps  BIGINT  async pairs: start-to-done windows of this op's occurrences, summed, ps; NULL otherwise
+--   flops  DOUBLE  FLOPs, summed over occurrences
+--   bytes_accessed  DOUBLE  bytes read and written, summed over occurrences
+--   hbm_bytes  DOUBLE  bytes to and from HBM (breakdown memory space 1, else all bytes)
+--   vmem_read_bytes  DOUBLE  VMEM bytes read (breakdown memory space 3); NULL when the profile has no breakdown
+--   vmem_write_bytes  DOUBLE  VMEM bytes written
+--   cmem_read_bytes  DOUBLE  CMEM bytes read (breakdown memory space 2)
+--   cmem_write_bytes  DOUBLE  CMEM bytes written
+--   flop_rate  DOUBLE  flops / total time, FLOP/s
+--   memory_bandwidth  DOUBLE  bytes_accessed / time (async pairs: their windows), bytes/s
+--   hbm_bandwidth  DOUBLE  hbm_bytes / time (async pairs: their windows), bytes/s
+--   operational_intensity  DOUBLE  flops / bytes_accessed, FLOP/byte
+--   hbm_operational_intensity  DOUBLE  flops / hbm_bytes, FLOP/byte
+--   peak_flops_per_s  DOUBLE  compute roof, FLOP/s
+--   peak_hbm_bytes_per_s  DOUBLE  HBM roof, bytes/s
+--   peak_vmem_read_bytes_per_s  DOUBLE  VMEM read roof (profile stat), bytes/s
+--   peak_vmem_write_bytes_per_s  DOUBLE  VMEM write roof (profile stat), bytes/s
+--   peak_cmem_read_bytes_per_s  DOUBLE  CMEM read roof (profile stat), bytes/s
+--   peak_cmem_write_bytes_per_s  DOUBLE  CMEM write roof (profile stat), bytes/s
+--   peak_flops_source  VARCHAR  profile, hardware_model, $peak_source, or NULL (unknown)
+--   peak_hbm_source  VARCHAR  profile, hardware_model, $peak_source, or NULL (unknown)
+--   device_model  VARCHAR  devices.model of the device kind
+--   hardware_chip  VARCHAR  the hardware_models chip matched on device_model, when one matches
+--   ridge_point  DOUBLE  peak_flops_per_s / peak_hbm_bytes_per_s, FLOP/byte: ops left of it are HBM-bound
+--   flop_utilization  DOUBLE  flop_rate / peak_flops_per_s
+--   hbm_utilization  DOUBLE  hbm_bandwidth / peak_hbm_bytes_per_s
+--   vmem_read_utilization  DOUBLE  VMEM read bandwidth / its peak, when both are known
+--   vmem_write_utilization  DOUBLE  VMEM write bandwidth / its peak
+--   cmem_read_utilization  DOUBLE  CMEM read bandwidth / its peak
+--   cmem_write_utilization  DOUBLE  CMEM write bandwidth / its peak
+--   bound_by  VARCHAR  the resource with the highest utilization: compute, HBM, CMEM read, CMEM write, VMEM read, VMEM write; unknown when none is known and above 0 (ties: that order, as XProf)
+--   roofline_efficiency  DOUBLE  the highest utilization (XProf's roofline efficiency)
+WITH params AS (
+    SELECT
+        CAST($top AS BIGINT) AS top_n,
+        CAST($peak_flops_per_s AS DOUBLE) AS peak_flops_override,
+        CAST($peak_hbm_bytes_per_s AS DOUBLE) AS peak_hbm_override,
+        CAST($peak_source AS VARCHAR) AS override_source
+),
+stats AS (
+    SELECT * FROM op_stats
+),
+ops AS MATERIALIZED (
+    SELECT
+        profile_id, device_kind, program_id, op,
+        any_value(module) AS module,
+        any_value(category) AS category,
+        CASE WHEN bool_or(cost_source = 'profile') THEN 'profile' WHEN bool_or(cost_source = 'hlo') THEN 'hlo' END AS cost_source,
+        CAST(count(DISTINCT device_id) AS BIGINT) AS devices,
+        CAST(sum(occurrences) AS BIGINT) AS occurrences,
+        CAST(sum(total_time_ps) AS BIGINT) AS total_time_ps,
+        CAST(sum(self_time_ps) AS BIGINT) AS self_time_ps,
+        CAST(sum(async_window_ps) AS BIGINT) AS async_window_ps,
+        CAST(sum(bandwidth_time_ps) AS BIGINT) AS bandwidth_time_ps,
+        sum(flops) AS flops,
+        sum(bytes_accessed) AS bytes_accessed,
+        bool_or(has_breakdown) AS has_breakdown,
+        sum(breakdown_hbm_bytes) AS breakdown_hbm_bytes,
+        CASE WHEN bool_or(has_breakdown) THEN sum(breakdown_hbm_bytes) ELSE sum(bytes_accessed) END AS hbm_bytes,
+        CASE WHEN bool_or(has_breakdown) THEN sum(vmem_read_bytes) END AS vmem_read_bytes,
+        CASE WHEN bool_or(has_breakdown) THEN sum(vmem_write_bytes) END AS vmem_write_bytes,
+        CASE WHEN bool_or(has_breakdown) THEN sum(cmem_read_bytes) END AS cmem_read_bytes,
+        CASE WHEN bool_or(has_breakdown) THEN sum(cmem_write_bytes) END AS cmem_write_bytes
+    FROM stats
+    GROUP BY profile_id, device_kind, program_id, op
+),
+device_time AS MATERIALIZED (
+    SELECT profile_id, device_kind, CAST(sum(device_end_ps - device_start_ps) AS BIGINT) AS device_time_ps
+    FROM (SELECT DISTINCT profile_id, device_kind, device_id, device_start_ps, device_end_ps FROM stats)
+    GROUP BY ALL
+),
+-- Totals per program and per (profile, device kind): XProf's Program row.
+totals AS (
+    SELECT
+        CASE WHEN grouping(program_id) = 0 THEN 'program' ELSE 'profile' END AS row_kind,
+        profile_id, device_kind, program_id,
+        CASE WHEN grouping(program_id) = 0 THEN any_value(module) END AS module,
+        CASE WHEN bool_or(cost_source = 'profile') THEN 'profile' WHEN bool_or(cost_source = 'hlo') THEN 'hlo' END AS cost_source,
+        CAST(max(devices) AS BIGINT) AS devices,
+        CAST(sum(occurrences) AS BIGINT) AS occurrences,
+        CAST(sum(self_time_ps) AS BIGINT) AS self_time_ps,
+        CAST(sum(flops) FILTER (WHERE innermost) AS DOUBLE) AS flops,
+        CAST(sum(bytes_accessed) FILTER (WHERE innermost) AS DOUBLE) AS bytes_accessed,
+        CAST(CASE WHEN bool_or(has_breakdown) FILTER (WHERE innermost)
+                  THEN sum(breakdown_hbm_bytes) FILTER (WHERE innermost)
+                  ELSE sum(bytes_accessed) FILTER (WHERE innermost) END AS DOUBLE) AS hbm_bytes,
+        CAST(sum(vmem_read_bytes) FILTER (WHERE innermost) AS DOUBLE) AS vmem_read_bytes,
+        CAST(sum(vmem_write_bytes) FILTER (WHERE innermost) AS DOUBLE) AS vmem_write_bytes,
+        CAST(sum(cmem_read_bytes) FILTER (WHERE innermost) AS DOUBLE) AS cmem_read_bytes,
+        CAST(sum(cmem_write_bytes) FILTER (WHERE innermost) AS DOUBLE) AS cmem_write_bytes
+    FROM (
+        SELECT *, lower(coalesce(category, '')) NOT IN ('call', 'conditional', 'while', 'megacore fusion') AS innermost
+        FROM ops
+    )
+    GROUP BY GROUPING SETS ((profile_id, device_kind, program_id), (profile_id, device_kind))
+),
+all_rows AS (
+    SELECT
+        'op' AS row_kind, profile_id, device_kind, program_id, module, op, category, cost_source, devices,
+        occurrences, total_time_ps, self_time_ps, async_window_ps, bandwidth_time_ps, flops, bytes_accessed,
+        hbm_bytes, vmem_read_bytes, vmem_write_bytes, cmem_read_bytes, cmem_write_bytes
+    FROM ops CROSS JOIN params AS p
+    QUALIFY p.top_n IS NULL
+         OR row_number() OVER (PARTITION BY profile_id, device_kind ORDER BY self_time_ps DESC, program_id, op) <= p.top_n
+    UNION ALL
+    SELECT
+        t.row_kind, t.profile_id, t.device_kind, t.program_id, t.module, NULL, NULL, t.cost_source, t.devices,
+        t.occurrences,
+        CASE WHEN t.row_kind = 'profile' THEN dt.device_time_ps ELSE t.self_time_ps END,
+        t.self_time_ps, NULL,
+        CASE WHEN t.row_kind = 'profile' THEN dt.device_time_ps ELSE t.self_time_ps END,
+        t.flops, t.bytes_accessed, t.hbm_bytes, t.vmem_read_bytes, t.vmem_write_bytes, t.cmem_read_bytes,
+        t.cmem_write_bytes
+    FROM totals AS t
+    LEFT JOIN device_time AS dt USING (profile_id, device_kind)
+),
+memory_peaks AS (
+    SELECT
+        profile_id, device_id,
+        max(double_value) FILTER (WHERE stat = 'peak_vmem_rd_bw_gigabytes_per_second') * 1e9 AS peak_vmem_read,
+        max(double_value) FILTER (WHERE stat = 'peak_vmem_wr_bw_gigabytes_per_second') * 1e9 AS peak_vmem_write,
+        max(double_value) FILTER (WHERE stat = 'peak_cmem_rd_bw_gigabytes_per_second') * 1e9 AS peak_cmem_read,
+        max(double_value) FILTER (WHERE stat = 'peak_cmem_wr_bw_gigabytes_per_second') * 1e9 AS peak_cmem_write
+    FROM device_stats
+    WHERE stat IN ('peak_vmem_rd_bw_gigabytes_per_second', 'peak_vmem_wr_bw_gigabytes_per_second',
+                   'peak_cmem_rd_bw_gigabytes_per_second', 'peak_cmem_wr_bw_gigabytes_per_second')
+    GROUP BY ALL
+),
+device_peaks AS (
+    SELECT
+        d.profile_id,
+        CASE WHEN d.kind IN ('tpu', 'gpu') THEN d.kind ELSE 'cpu' END AS device_kind,
+        min(d.model) AS device_model,
+        min(d.memory_bytes) AS memory_bytes,
+        max(d.peak_flops_per_s) AS profile_flops,
+        CASE WHEN bool_and(coalesce(d.peak_source, '') = 'profile') THEN 'profile' ELSE 'hardware_model' END AS profile_flops_source,
+        max(d.peak_hbm_bytes_per_s) AS profile_hbm,
+        -- profile+hardware_model: bandwidth from the profile, FLOP/s modelled at ingest (XSpace GPUs)
+        CASE WHEN bool_and(coalesce(d.peak_source, '') IN ('profile', 'profile+hardware_model')) THEN 'profile'
+             ELSE 'hardware_model' END AS profile_hbm_source,
+        max(m.peak_vmem_read) AS peak_vmem_read,
+        max(m.peak_vmem_write) AS peak_vmem_write,
+        max(m.peak_cmem_read) AS peak_cmem_read,
+        max(m.peak_cmem_write) AS peak_cmem_write
+    FROM devices AS d
+    JOIN (SELECT DISTINCT profile_id, device_id FROM stats) USING (profile_id, device_id)
+    LEFT JOIN memory_peaks AS m USING (profile_id, device_id)
+    GROUP BY ALL
+),
+chip_peaks AS (
+    SELECT dp.profile_id, dp.device_kind, h.chip, h.peak_flops_per_s, h.peak_hbm_bytes_per_s
+    FROM device_peaks AS dp
+    JOIN hardware_models AS h
+      ON h.kind = dp.device_kind
+     AND regexp_matches(regexp_replace(lower(dp.device_model), '[^a-z0-9]', '', 'g'), h.model_pattern)
+     AND (h.max_memory_bytes IS NULL OR dp.memory_bytes <= h.max_memory_bytes)
+    QUALIFY row_number() OVER (PARTITION BY dp.profile_id, dp.device_kind ORDER BY h.priority) = 1
+),
+peaks AS (
+    SELECT
+        dp.profile_id, dp.device_kind, dp.device_model, cp.chip AS hardware_chip,
+        coalesce(p.peak_flops_override, dp.profile_flops, cp.peak_flops_per_s) AS peak_flops_per_s,
+        CASE
+            WHEN p.peak_flops_override IS NOT NULL THEN p.override_source
+            WHEN dp.profile_flops IS NOT NULL THEN dp.profile_flops_source
+            WHEN cp.peak_flops_per_s IS NOT NULL THEN 'hardware_model'
+        END AS peak_flops_source,
+        coalesce(p.peak_hbm_override, dp.profile_hbm, cp.peak_hbm_bytes_per_s) AS peak_hbm_bytes_per_s,
+        CASE
+            WHEN p.peak_hbm_override IS NOT NULL THEN p.override_source
+            WHEN dp.profile_hbm IS NOT NULL THEN dp.profile_hbm_source
+            WHEN cp.peak_hbm_bytes_per_s IS NOT NULL THEN 'hardware_model'
+        END AS peak_hbm_source,
+        nullif(dp.peak_vmem_read, 0) AS peak_vmem_read_bytes_per_s,
+        nullif(dp.peak_vmem_write, 0) AS peak_vmem_write_bytes_per_s,
+        nullif(dp.peak_cmem_read, 0) AS peak_cmem_read_bytes_per_s,
+        nullif(dp.peak_cmem_write, 0) AS peak_cmem_write_bytes_per_s
+    FROM device_peaks AS dp
+    LEFT JOIN chip_peaks AS cp USING (profile_id, device_kind)
+    CROSS JOIN params AS p
+),
+rates AS (
+    SELECT
+        r.*,
+        dt.device_time_ps,
+        r.flops / (nullif(r.total_time_ps, 0) * 1e-12) AS flop_rate,
+        r.bytes_accessed / (nullif(r.bandwidth_time_ps, 0) * 1e-12) AS memory_bandwidth,
+        r.hbm_bytes / (nullif(r.bandwidth_time_ps, 0) * 1e-12) AS hbm_bandwidth,
+        r.vmem_read_bytes / (nullif(r.bandwidth_time_ps, 0) * 1e-12) AS vmem_read_bandwidth,
+        r.vmem_write_bytes / (nullif(r.bandwidth_time_ps, 0) * 1e-12) AS vmem_write_bandwidth,
+        r.cmem_read_bytes / (nullif(r.bandwidth_time_ps, 0) * 1e-12) AS cmem_read_bandwidth,
+        r.cmem_write_bytes / (nullif(r.bandwidth_time_ps, 0) * 1e-12) AS cmem_write_bandwidth,
+        pk.* EXCLUDE (profile_id, device_kind)
+    FROM all_rows AS r
+    LEFT JOIN device_time AS dt USING (profile_id, device_kind)
+    LEFT JOIN peaks AS pk USING (profile_id, device_kind)
+),
+utilized AS (
+    SELECT
+        *,
+        flop_rate / peak_flops_per_s AS flop_utilization,
+        hbm_bandwidth / peak_hbm_bytes_per_s AS hbm_utilization,
+        CASE WHEN vmem_read_bytes > 0 THEN vmem_read_bandwidth / peak_vmem_read_bytes_per_s END AS vmem_read_utilization,
+        CASE WHEN vmem_write_bytes > 0 THEN vmem_write_bandwidth / peak_vmem_write_bytes_per_s END AS vmem_write_utilization,
+        CASE WHEN cmem_read_bytes > 0 THEN cmem_read_bandwidth / peak_cmem_read_bytes_per_s END AS cmem_read_utilization,
+        CASE WHEN cmem_write_bytes > 0 THEN cmem_write_bandwidth / peak_cmem_write_bytes_per_s END AS cmem_write_utilization
+    FROM rates
+),
+bounded AS (
+    SELECT
+        *,
+        greatest(
+            coalesce(flop_utilization, 0), coalesce(hbm_utilization, 0),
+            coalesce(cmem_read_utilization, 0), coalesce(cmem_write_utilization, 0),
+            coalesce(vmem_read_utilization, 0), coalesce(vmem_write_utilization, 0)
+        ) AS max_utilization
+    FROM utilized
+)
+SELECT
+    row_kind, profile_id, device_kind, program_id, module, op, category, cost_source, devices, occurrences,
+    total_time_ps, self_time_ps, device_time_ps,
+    self_time_ps / nullif(device_time_ps, 0) AS self_time_share,
+    async_window_ps,
+    flops, bytes_accessed, hbm_bytes, vmem_read_bytes, vmem_write_bytes, cmem_read_bytes, cmem_write_bytes,
+    flop_rate, memory_bandwidth, hbm_bandwidth,
+    flops / nullif(bytes_accessed, 0) AS operational_intensity,
+    flops / nullif(hbm_bytes, 0) AS hbm_operational_intensity,
+    peak_flops_per_s, peak_hbm_bytes_per_s,
+    peak_vmem_read_bytes_per_s, peak_vmem_write_bytes_per_s, peak_cmem_read_bytes_per_s, peak_cmem_write_bytes_per_s,
+    peak_flops_source, peak_hbm_source, device_model, hardware_chip,
+    peak_flops_per_s / peak_hbm_bytes_per_s AS ridge_point,
+    flop_utilization, hbm_utilization,
+    vmem_read_utilization, vmem_write_utilization, cmem_read_utilization, cmem_write_utilization,
+    CASE
+        WHEN max_utilization <= 0 THEN 'unknown'
+        WHEN flop_utilization = max_utilization THEN 'compute'
+        WHEN hbm_utilization = max_utilization THEN 'HBM'
+        WHEN cmem_read_utilization = max_utilization THEN 'CMEM read'
+        WHEN cmem_write_utilization = max_utilization THEN 'CMEM write'
+        WHEN vmem_read_utilization = max_utilization THEN 'VMEM read'
+        WHEN vmem_write_utilization = max_utilization THEN 'VMEM write'
+    END AS bound_by,
+    CASE WHEN max_utilization > 0 THEN max_utilization END AS roofline_efficiency
+FROM bounded
+ORDER BY
+    profile_id, device_kind,
+    CASE row_kind WHEN 'profile' THEN 0 WHEN 'program' THEN 1 ELSE 2 END,
+    self_time_ps DESC, program_id, op

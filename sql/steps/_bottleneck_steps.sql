@@ -1,0 +1,275 @@
+-- steps._bottleneck_steps: where each step's time goes on each device, in categories
+-- that sum to the step's wall time: the heavy part of the bottleneck analysis.
+-- A compaction stores its rows for the profiles it packs (table
+-- bottleneck_steps), computed with the default parameters below and those of
+-- the analyses it includes; xprosql reads them instead when a query uses the same.
+--
+-- Every instant of a step on a device gets exactly one category, the first of
+-- these that applies (so the categories sum to the step's wall time):
+--   compute_bound_ps         an op runs that the roofline calls compute-bound
+--   memory_bound_ps          an op runs that the roofline calls memory-bound (HBM, VMEM, CMEM)
+--   other_compute_ps         an op runs that has no cost data or no known peaks (most GPU kernels of PyTorch traces)
+--   exposed_collective_ps    no compute runs, a collective does: a synchronous collective op,
+--                            an async collective window (TPU), an NCCL kernel (GPU)
+--   exposed_host_offload_ps  no compute, no collective; a host-offload copy window is open (S(5) shapes)
+--   exposed_dma_ps           no compute, no collective; another async copy window is open, or a GPU memcpy/memset runs
+--   launch_overhead_ps       the device is idle while a kernel or copy it will run has been launched (GPU: from
+--                            the CUDA call's start to the op's start)
+--   input_wait_ps            the device is idle while the host reads input ($input_events), or an infeed op runs
+--   host_wait_ps             the device is idle and more of its work follows in the step: it waits for the host
+--   idle_ps                  the device is idle and nothing more runs in the step
+-- The issue's "exposed DMA / host offload" is exposed_host_offload_ps + exposed_dma_ps; its "host / input wait"
+-- is input_wait_ps + host_wait_ps. TPU start / done ops count through their windows (async_ops), since the
+-- done op is the core waiting for the transfer.
+--
+-- Steps, devices and busy time come from the steps analysis, async windows from async_ops, and the
+-- compute / memory-bound call for each op from memory_bound (the roofline), all included below.
+--
+-- Parameters:
+--   $input_events               VARCHAR  regex on host event names that read input (default: '(IteratorGetNext|^Iterator::|InfeedEnqueue|TransferToInfeed|enumerate\(DataLoader\)|DataLoaderIter)')
+--
+-- Passes: $prefer_async_line $peak_flops_per_s $peak_hbm_bytes_per_s $peak_source (to its includes, with their defaults and meaning)
+--
+-- Columns:
+--   profile_id  VARCHAR  profile (profiles.profile_id)
+--   device_id  INTEGER  devices.device_id
+--   device  VARCHAR  device name
+--   device_kind  VARCHAR  tpu, gpu or host
+--   step_index  BIGINT  steps.step_index
+--   step  BIGINT  steps.step (the recorded step number)
+--   source  VARCHAR  steps.source
+--   steps  INTEGER  steps in the row (1)
+--   devices  INTEGER  devices in the row
+--   start_ps  BIGINT  step start, ps
+--   end_ps  BIGINT  step end, ps
+--   step_ps  BIGINT  wall time, ps
+--   busy_ps  BIGINT  time some op of the device runs (steps.busy_ps), ps
+--   compute_bound_ps  BIGINT  category time (see above), ps
+--   memory_bound_ps  BIGINT  category time (see above), ps
+--   other_compute_ps  BIGINT  category time (see above), ps
+--   exposed_collective_ps  BIGINT  category time (see above), ps
+--   exposed_host_offload_ps  BIGINT  category time (see above), ps
+--   exposed_dma_ps  BIGINT  category time (see above), ps
+--   launch_overhead_ps  BIGINT  category time (see above), ps
+--   input_wait_ps  BIGINT  category time (see above), ps
+--   host_wait_ps  BIGINT  category time (see above), ps
+--   idle_ps  BIGINT  category time (see above), ps
+--   flops  DOUBLE  FLOPs of the ops starting in the step (events.flops)
+--   bytes_accessed  DOUBLE  bytes of the ops starting in the step (events.bytes_accessed)
+--   (the ten *_ps category columns sum to step_ps)
+--   flop_capacity  DOUBLE  devices.peak_flops_per_s x step time: the FLOPs the device could do, FLOP
+--   byte_capacity  DOUBLE  devices.peak_hbm_bytes_per_s x step time: the HBM bytes it could move, bytes
+WITH steps AS MATERIALIZED (
+-- @include steps.steps
+),
+async_ops AS MATERIALIZED (
+-- @include async.async_ops
+),
+memory_bound AS MATERIALIZED (
+-- @include ops.memory_bound
+),
+step_devices AS (
+    SELECT DISTINCT profile_id, device_id, device_kind FROM steps
+),
+op_class AS (
+    SELECT profile_id, device_kind, program_id, op,
+        CASE classification WHEN 'compute-bound' THEN 'compute_bound' WHEN 'memory-bound' THEN 'memory_bound' END AS cat
+    FROM memory_bound
+    WHERE row_kind = 'op' AND classification IN ('compute-bound', 'memory-bound')
+),
+-- The ops that keep each device busy (as in steps), with what they are.
+device_ops AS (
+    SELECT e.profile_id, e.device_id, 'tpu' AS device_kind, e.program_id, coalesce(e.hlo_op, e.name) AS op,
+        e.category, e.start_ps, e.start_ps + e.dur_ps AS end_ps, e.flops, e.bytes_accessed
+    FROM events AS e
+    JOIN step_devices AS sd USING (profile_id, device_id)
+    JOIN tracks AS t USING (profile_id, device_id, track_id)
+    WHERE sd.device_kind = 'tpu' AND t.name = 'XLA Ops' AND e.start_ps IS NOT NULL
+    UNION ALL
+    SELECT k.profile_id, k.device_id, 'gpu', e.program_id, coalesce(e.hlo_op, e.name),
+        CASE WHEN k.name LIKE 'nccl%' THEN 'nccl' ELSE 'kernel' END,
+        k.start_ps, k.start_ps + k.dur_ps, e.flops, e.bytes_accessed
+    FROM kernels AS k
+    JOIN step_devices AS sd USING (profile_id, device_id)
+    JOIN events AS e USING (profile_id, event_id)
+    WHERE k.start_ps IS NOT NULL
+    UNION ALL
+    SELECT m.profile_id, m.device_id, 'gpu', NULL, NULL, 'memcpy', m.start_ps, m.start_ps + m.dur_ps, NULL, NULL
+    FROM memcpys AS m
+    JOIN step_devices AS sd USING (profile_id, device_id)
+    WHERE m.start_ps IS NOT NULL
+    UNION ALL
+    SELECT e.profile_id, e.device_id, 'cpu', e.program_id, coalesce(e.hlo_op, e.name), e.category,
+        e.start_ps, e.start_ps + e.dur_ps, e.flops, e.bytes_accessed
+    FROM events AS e
+    JOIN step_devices AS sd USING (profile_id, device_id)
+    WHERE sd.device_kind = 'host' AND e.start_ps IS NOT NULL
+      AND (e.hlo_op IS NOT NULL OR (e.category = 'cpu_op' AND NOT EXISTS (
+            SELECT 1 FROM events AS h WHERE h.profile_id = e.profile_id AND h.device_id = e.device_id AND h.hlo_op IS NOT NULL)))
+),
+op_intervals AS (
+    SELECT o.profile_id, o.device_id, o.start_ps, o.end_ps,
+        CASE
+            -- async start / done ops: their windows below say what they wait for
+            WHEN o.device_kind = 'tpu' AND (regexp_matches(o.op, '-(start|done)(\.[0-9]+)?$')
+                 OR regexp_matches(o.op, '^(send|recv)(\.[0-9]+)?$')) THEN NULL
+            WHEN o.category IN ('nccl') THEN 'collective'
+            WHEN o.category = 'memcpy' THEN 'dma'
+            WHEN o.device_kind = 'tpu' AND (o.category IN ('infeed', 'outfeed') OR regexp_matches(o.op, '^(infeed|outfeed)')) THEN 'input'
+            WHEN o.device_kind = 'tpu' AND (
+                 regexp_replace(o.op, '\.[0-9]+$', '') IN ('all-reduce', 'all-gather', 'reduce-scatter', 'collective-permute',
+                                                           'all-to-all', 'collective-broadcast', 'ragged-all-to-all')
+                 OR o.category IN ('all-reduce', 'all-gather', 'reduce-scatter', 'collective-permute', 'all-to-all')) THEN 'collective'
+            ELSE coalesce(c.cat, 'other_compute')
+        END AS cat
+    FROM device_ops AS o
+    LEFT JOIN op_class AS c
+      ON c.profile_id = o.profile_id AND c.device_kind = o.device_kind
+     AND c.program_id IS NOT DISTINCT FROM o.program_id AND c.op = o.op
+),
+-- The regex runs once per distinct name, not once per event.
+input_names AS (
+    SELECT name FROM (SELECT DISTINCT name FROM events WHERE profile_id IN (SELECT profile_id FROM step_devices))
+    WHERE regexp_matches(name, $input_events)
+),
+input_events AS (
+    SELECT DISTINCT e.profile_id, e.start_ps, e.start_ps + e.dur_ps AS end_ps
+    FROM events AS e
+    JOIN devices AS d USING (profile_id, device_id)
+    WHERE d.kind IN ('host', 'cpu') AND e.start_ps IS NOT NULL AND e.dur_ps > 0
+      AND e.profile_id IN (SELECT profile_id FROM step_devices)
+      AND e.name IN (SELECT name FROM input_names)
+),
+intervals AS (
+    SELECT profile_id, device_id, cat, start_ps, end_ps FROM op_intervals WHERE cat IS NOT NULL
+    UNION ALL
+    -- TPU async windows (GPU copies and NCCL kernels are ops above)
+    SELECT profile_id, device_id,
+        CASE kind WHEN 'host_offload' THEN 'host_offload' WHEN 'copy' THEN 'dma' ELSE 'collective' END,
+        start_ps, end_ps
+    FROM async_ops
+    WHERE device_kind = 'tpu' AND paired
+    UNION ALL
+    -- GPU: from the launching call's start to the op's start
+    SELECT g.profile_id, g.device_id, 'launch', a.start_ps, g.start_ps
+    FROM (
+        SELECT profile_id, device_id, correlation_id, start_ps FROM kernels
+        UNION ALL
+        SELECT profile_id, device_id, correlation_id, start_ps FROM memcpys
+    ) AS g
+    JOIN step_devices USING (profile_id, device_id)
+    JOIN api_calls AS a USING (profile_id, correlation_id)
+    WHERE a.start_ps < g.start_ps
+    UNION ALL
+    -- host input reading, for every busy device of the profile
+    SELECT sd.profile_id, sd.device_id, 'input', i.start_ps, i.end_ps
+    FROM input_events AS i
+    JOIN step_devices AS sd USING (profile_id)
+),
+-- Sweep: every interval edge and step edge is a point; between two points the
+-- set of open categories is constant, and the first open one names the segment.
+points AS (
+    SELECT profile_id, device_id, start_ps AS t, cat, 1 AS delta FROM intervals WHERE end_ps > start_ps
+    UNION ALL
+    SELECT profile_id, device_id, end_ps, cat, -1 FROM intervals WHERE end_ps > start_ps
+    UNION ALL
+    SELECT profile_id, device_id, start_ps, NULL, 0 FROM steps
+    UNION ALL
+    SELECT profile_id, device_id, end_ps, NULL, 0 FROM steps
+),
+-- Open counts of seven categories travel packed in one HUGEINT, 16 bits each (ops
+-- and windows open at once on one device stay far below 2^15), so one running sum
+-- carries them all; launches, which can queue by the thousand, count on their own.
+deltas AS (
+    SELECT profile_id, device_id, t,
+        sum(delta * (CAST(1 AS HUGEINT) << (16 * CASE cat
+            WHEN 'compute_bound' THEN 0 WHEN 'memory_bound' THEN 1 WHEN 'other_compute' THEN 2
+            WHEN 'collective' THEN 3 WHEN 'host_offload' THEN 4 WHEN 'dma' THEN 5 WHEN 'input' THEN 6 END)))
+            FILTER (WHERE cat IS NOT NULL AND cat <> 'launch') AS packed_delta,
+        sum(delta) FILTER (WHERE cat = 'launch') AS launch_delta
+    FROM points
+    GROUP BY profile_id, device_id, t
+),
+running AS (
+    SELECT profile_id, device_id, t AS seg_start,
+        lead(t) OVER run_order AS seg_end,
+        sum(coalesce(packed_delta, 0)) OVER run_order_rows AS open_packed,
+        sum(coalesce(launch_delta, 0)) OVER run_order_rows AS open_launches
+    FROM deltas
+    WINDOW run_order AS (PARTITION BY profile_id, device_id ORDER BY t),
+           run_order_rows AS (PARTITION BY profile_id, device_id ORDER BY t ROWS UNBOUNDED PRECEDING)
+),
+segments AS (
+    SELECT profile_id, device_id, seg_start, seg_end,
+        -- the first open category, in priority order
+        CASE
+            WHEN (open_packed >> 0) & 65535 > 0 THEN 'compute_bound'
+            WHEN (open_packed >> 16) & 65535 > 0 THEN 'memory_bound'
+            WHEN (open_packed >> 32) & 65535 > 0 THEN 'other_compute'
+            WHEN (open_packed >> 48) & 65535 > 0 THEN 'exposed_collective'
+            WHEN (open_packed >> 64) & 65535 > 0 THEN 'exposed_host_offload'
+            WHEN (open_packed >> 80) & 65535 > 0 THEN 'exposed_dma'
+            WHEN open_launches > 0 THEN 'launch_overhead'
+            WHEN (open_packed >> 96) & 65535 > 0 THEN 'input_wait'
+        END AS cat
+    FROM running
+    WHERE seg_end > seg_start
+),
+step_segments AS (
+    SELECT s.*, w.step_index,
+        -- is there device work later in this step? then an idle gap is a wait for the host
+        max(CASE WHEN s.cat IS NOT NULL AND s.cat NOT IN ('launch_overhead', 'input_wait') THEN 1 ELSE 0 END) OVER (
+            PARTITION BY s.profile_id, s.device_id, w.step_index ORDER BY s.seg_start
+            ROWS BETWEEN 1 FOLLOWING AND UNBOUNDED FOLLOWING) AS work_follows
+    FROM segments AS s
+    ASOF JOIN steps AS w
+      ON s.profile_id = w.profile_id AND s.device_id = w.device_id AND s.seg_start >= w.start_ps
+    WHERE s.seg_start < w.end_ps
+),
+step_totals AS (
+    SELECT profile_id, device_id, step_index,
+        sum(seg_end - seg_start) FILTER (WHERE cat = 'compute_bound') AS compute_bound_ps,
+        sum(seg_end - seg_start) FILTER (WHERE cat = 'memory_bound') AS memory_bound_ps,
+        sum(seg_end - seg_start) FILTER (WHERE cat = 'other_compute') AS other_compute_ps,
+        sum(seg_end - seg_start) FILTER (WHERE cat = 'exposed_collective') AS exposed_collective_ps,
+        sum(seg_end - seg_start) FILTER (WHERE cat = 'exposed_host_offload') AS exposed_host_offload_ps,
+        sum(seg_end - seg_start) FILTER (WHERE cat = 'exposed_dma') AS exposed_dma_ps,
+        sum(seg_end - seg_start) FILTER (WHERE cat = 'launch_overhead') AS launch_overhead_ps,
+        sum(seg_end - seg_start) FILTER (WHERE cat = 'input_wait') AS input_wait_ps,
+        sum(seg_end - seg_start) FILTER (WHERE cat IS NULL AND work_follows = 1) AS host_wait_ps,
+        sum(seg_end - seg_start) FILTER (WHERE cat IS NULL AND coalesce(work_follows, 0) = 0) AS idle_ps
+    FROM step_segments
+    GROUP BY ALL
+),
+step_costs AS (
+    SELECT o.profile_id, o.device_id, w.step_index, sum(o.flops) AS flops, sum(o.bytes_accessed) AS bytes_accessed
+    FROM device_ops AS o
+    ASOF JOIN steps AS w
+      ON o.profile_id = w.profile_id AND o.device_id = w.device_id AND o.start_ps >= w.start_ps
+    WHERE o.start_ps < w.end_ps AND (o.flops IS NOT NULL OR o.bytes_accessed IS NOT NULL)
+    GROUP BY ALL
+),
+step_rows AS (
+    SELECT
+        w.profile_id, w.device_id, w.device, w.device_kind, w.step_index, w.step, w.source,
+        1 AS steps, 1 AS devices, w.start_ps, w.end_ps, w.wall_ps AS step_ps, w.busy_ps,
+        CAST(coalesce(t.compute_bound_ps, 0) AS BIGINT) AS compute_bound_ps,
+        CAST(coalesce(t.memory_bound_ps, 0) AS BIGINT) AS memory_bound_ps,
+        CAST(coalesce(t.other_compute_ps, 0) AS BIGINT) AS other_compute_ps,
+        CAST(coalesce(t.exposed_collective_ps, 0) AS BIGINT) AS exposed_collective_ps,
+        CAST(coalesce(t.exposed_host_offload_ps, 0) AS BIGINT) AS exposed_host_offload_ps,
+        CAST(coalesce(t.exposed_dma_ps, 0) AS BIGINT) AS exposed_dma_ps,
+        CAST(coalesce(t.launch_overhead_ps, 0) AS BIGINT) AS launch_overhead_ps,
+        CAST(coalesce(t.input_wait_ps, 0) AS BIGINT) AS input_wait_ps,
+        CAST(coalesce(t.host_wait_ps, 0) AS BIGINT) AS host_wait_ps,
+        CAST(coalesce(t.idle_ps, 0) AS BIGINT) AS idle_ps,
+        CAST(c.flops AS DOUBLE) AS flops, CAST(c.bytes_accessed AS DOUBLE) AS bytes_accessed,
+        d.peak_flops_per_s * w.wall_ps / 1e12 AS flop_capacity,
+        d.peak_hbm_bytes_per_s * w.wall_ps / 1e12 AS byte_capacity
+    FROM steps AS w
+    JOIN devices AS d USING (profile_id, device_id)
+    LEFT JOIN step_totals AS t USING (profile_id, device_id, step_index)
+    LEFT JOIN step_costs AS c USING (profile_id, device_id, step_index)
+)
+SELECT * FROM step_rows
+ORDER BY profile_id, device_id, step_index

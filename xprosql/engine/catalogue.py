@@ -1,0 +1,54 @@
+"""The catalogue: every public analysis of the SQL library with its parameters and output columns.
+
+Example:
+    >>> rows = analyses().pl()
+    >>> "ops.roofline" in rows["analysis"].to_list()
+    True
+"""
+
+from __future__ import annotations
+
+import pyarrow as pa
+
+from xprosql.engine.library import library
+from xprosql.engine.result import Result
+
+__all__ = ["analyses", "describe"]
+
+_PARAMETER = pa.struct([("name", pa.string()), ("type", pa.string()), ("default", pa.string()),
+                        ("unit", pa.string()), ("description", pa.string())])
+_COLUMN = pa.struct([("name", pa.string()), ("type", pa.string()), ("unit", pa.string()), ("description", pa.string())])
+
+
+def analyses() -> Result:
+    """One row per public analysis: ``analysis`` (id to run it by), ``area``, ``description``, ``fleet``
+    (rows compare profiles), ``parameters`` (name, type, default as SQL, unit, description; a NULL
+    default means required) and ``columns`` (name, type, unit, description)."""
+    lib = library()
+    rows = []
+    for module in lib.public():
+        rows.append({
+            "analysis": module.id, "area": module.area, "description": module.description, "fleet": module.fleet,
+            "parameters": [{"name": p.name, "type": p.sql_type, "default": p.default_sql, "unit": p.unit,
+                            "description": p.description} for p in lib.parameters(module.id).values()],
+            "columns": [{"name": c.name, "type": c.sql_type, "unit": c.unit, "description": c.description}
+                        for c in module.columns],
+        })
+    schema = pa.schema([("analysis", pa.string()), ("area", pa.string()), ("description", pa.string()),
+                        ("fleet", pa.bool_()), ("parameters", pa.list_(_PARAMETER)), ("columns", pa.list_(_COLUMN))])
+    return Result.from_arrow(pa.Table.from_pylist(rows, schema), description="analyses")
+
+
+def describe(name: str) -> str:
+    """Analysis ``name`` as text: what it answers, its parameters and its columns (what ``xprosql analyses NAME`` prints)."""
+    lib = library()
+    module = lib.module(name)
+    lines = [f"{module.id}{' (fleet)' if module.fleet else ''}: {module.description}", "", "parameters:"]
+    for p in lib.parameters(module.id).values():
+        default = "required" if p.required else f"default {p.default_sql}"
+        lines.append(f"  {p.name:<28} {p.sql_type:<10} {p.unit or '':<8} {p.description} ({default})")
+    if not lib.parameters(module.id):
+        lines.append("  (none)")
+    lines += ["", "columns:"]
+    lines += [f"  {c.name:<28} {c.sql_type:<10} {c.unit or '':<8} {c.description}" for c in module.columns]
+    return "\n".join(lines)

@@ -1,0 +1,69 @@
+"""The one place a DuckDB connection gets its views: one per warehouse table, functions registered.
+
+Every execution path opens its connections here: a :class:`~xprosql.engine.Engine` over a snapshot,
+each share of a share-by-share run (here or in a Dask task), compaction's stored tables, and ingest
+deriving ``op_stats`` from a profile's decoded tables. So a file written by an older xprosql, lacking
+a column, reads the same everywhere: the column is NULL.
+
+Example:
+    >>> con = connect_views({"profiles": None})
+    >>> con.sql("SELECT count(*) FROM events").fetchall()
+    [(0,)]
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import duckdb
+import pyarrow as pa
+
+from xprosql._duckdb import connect
+from xprosql.engine.functions import register_functions
+from xprosql.models.tables import PARTITION_COLUMN, TABLES
+from xprosql.warehouse import Snapshot
+
+__all__ = ["connect_views", "run_on_share", "snapshot_connection"]
+
+
+def connect_views(
+    sources: Mapping[str, str | None],
+    *,
+    arrow: Mapping[str, pa.Table] | None = None,
+    config: Mapping[str, Any] | None = None,
+) -> duckdb.DuckDBPyConnection:
+    """A connection with a view for every table of :data:`~xprosql.models.tables.TABLES`.
+
+    ``sources[table]`` is the SQL that reads the table (``profile_id`` included); a table left out or
+    None has no file yet and is empty. ``arrow``: in-memory tables registered first, under their
+    names, for the sources to read. Columns a source lacks read as NULL.
+    """
+    con = connect(config=dict(config or {}))
+    for name, table in (arrow or {}).items():
+        con.register(name, table)
+    for table, schema in TABLES.items():
+        # An empty relation with the table's columns: the whole view when there is no file, and what
+        # fills the columns that files written by an older xprosql lack.
+        con.register(f"_columns_{table}", schema.empty_table().add_column(0, PARTITION_COLUMN, pa.array([], pa.string())))
+        scan = sources.get(table)
+        body = f"SELECT * FROM _columns_{table}" if scan is None else (
+            f"SELECT * FROM ({scan}) UNION ALL BY NAME SELECT * FROM _columns_{table}")
+        con.execute(f"CREATE VIEW {table} AS {body}")
+    register_functions(con)
+    return con
+
+
+def snapshot_connection(snapshot: Snapshot) -> duckdb.DuckDBPyConnection:
+    """Views over the files of ``snapshot``."""
+    return connect_views({table: snapshot.scan_sql(table) for table in TABLES})
+
+
+def run_on_share(share: Snapshot, sql: str, params: Mapping[str, Any] | None) -> pa.Table:
+    """Run ``sql`` over one share of a snapshot (in a Dask task, or here) and return its rows."""
+    con = snapshot_connection(share)
+    try:
+        relation = con.sql(sql, params=dict(params)) if params else con.sql(sql)
+        return relation.to_arrow_table()
+    finally:
+        con.close()

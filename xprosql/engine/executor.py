@@ -1,0 +1,332 @@
+"""How an analysis runs: one query, shares of profiles, stored summaries, or a Dask cluster.
+
+:class:`Engine` is the interface every analysis (``xprosql.queries``) is written against. Given an
+analysis of the SQL library and its parameters, it chooses:
+
+* **stored rows**: profiles in packs whose compaction stored the rows of a module the analysis
+  builds on (``models.tables.PACK_DERIVED_TABLES``) read them, when every parameter of that module
+  the caller can set has its default; the other profiles compute it from their events;
+* **shares**: an analysis that scans events runs over shares of whole profiles of about
+  ``SHARE_EVENTS`` events, one after another, so memory stays bounded (a :class:`Backend` decides the
+  shares and runs them: :class:`LocalBackend` here, :class:`xprosql.engine.dask.DaskBackend` on a
+  cluster), and the parts are combined in the analysis's own final order;
+* **fleet** analyses (``-- scope: fleet``): their includes run as above, the fleet SQL once over the
+  combined rows.
+
+Otherwise it is one lazy DuckDB query. Every connection comes from :mod:`xprosql.engine.connection`.
+
+Example:
+    >>> engine = Engine(Warehouse("run/").snapshot(lease=False)[0])        # doctest: +SKIP
+    >>> engine.analysis("roofline", top=5).pl()                             # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any, Protocol
+
+import duckdb
+import pyarrow as pa
+
+from xprosql._duckdb import connect
+from xprosql.engine.connection import connect_views, run_on_share, snapshot_connection
+from xprosql.engine.library import Library, library, placeholders
+from xprosql.engine.result import Result
+from xprosql.errors import ParameterError, QueryError
+from xprosql.models.tables import PACK_DERIVED_TABLES, TABLES
+from xprosql.warehouse import PACK_TARGET_ROWS, CompactReport, Snapshot, Warehouse
+
+__all__ = [
+    "SHARE_EVENTS", "Backend", "Engine", "LocalBackend", "combine", "compact", "derive_stored_table", "profiles_where",
+    "scans_events",
+]
+
+# Without a cluster, an analysis that scans events runs over shares of about this many events, one
+# after another, so its memory stays bounded however large the run is.
+SHARE_EVENTS = 4_000_000
+_EVENTS = re.compile(r"\b(FROM|JOIN)\s+events\b", re.IGNORECASE)
+
+
+class Backend(Protocol):
+    """Splits a snapshot into shares for one SQL text and runs the SQL on each."""
+
+    def shares(self, snapshot: Snapshot, sql: str, events: int) -> list[Snapshot]: ...
+
+    def run(self, shares: list[Snapshot], sql: str, params: Mapping[str, Any]) -> list[pa.Table]: ...
+
+
+class LocalBackend:
+    """Here, one share after another: as fast as one query, with memory bounded by a share."""
+
+    def __init__(self, share_events: int | None = None) -> None:
+        self.share_events = share_events  # None: SHARE_EVENTS
+
+    def shares(self, snapshot: Snapshot, sql: str, events: int) -> list[Snapshot]:
+        if not scans_events(sql) or not snapshot.profile_ids:
+            return [snapshot]
+        return snapshot.shares(max(1, -(-events // (self.share_events or SHARE_EVENTS))))
+
+    def run(self, shares: list[Snapshot], sql: str, params: Mapping[str, Any]) -> list[pa.Table]:
+        return [run_on_share(share, sql, params) for share in shares]
+
+
+def scans_events(sql: str) -> bool:
+    """True when ``sql`` reads the events table (the analyses whose memory grows with events)."""
+    return bool(_EVENTS.search(sql))
+
+
+def _used(sql: str, params: Mapping[str, Any]) -> dict[str, Any]:
+    """The parameters ``sql`` refers to (DuckDB refuses values for placeholders a text lacks)."""
+    names = placeholders(sql)
+    return {k: v for k, v in params.items() if k in names}
+
+
+def _final_order(sql: str, params: Mapping[str, Any]) -> tuple[str, int | None]:
+    """The outer ORDER BY (as column names of the result) and LIMIT of ``sql``."""
+    with connect() as con:
+        tree = json.loads(con.execute("SELECT json_serialize_sql(?)", [sql]).fetchall()[0][0])
+    if tree.get("error"):
+        return "", None
+    node = tree["statements"][-1]["node"]
+    order, limit = "", None
+    for modifier in node.get("modifiers", []):
+        if modifier["type"] == "ORDER_MODIFIER":
+            keys = []
+            for item in modifier["orders"]:
+                expression = item["expression"]
+                if expression.get("class") != "COLUMN_REF":
+                    return "", None  # an expression we cannot re-evaluate on the result: keep task order
+                column = '"' + expression["column_names"][-1].replace('"', '""') + '"'
+                direction = "DESC" if item["type"] == "DESCENDING" else "ASC"
+                nulls = {"NULLS FIRST": " NULLS FIRST", "NULLS LAST": " NULLS LAST"}.get(item["null_order"], "")
+                keys.append(f"{column} {direction}{nulls}")
+            order = ", ".join(keys)
+        elif modifier["type"] == "LIMIT_MODIFIER" and modifier.get("limit"):
+            value = modifier["limit"]
+            if value.get("class") == "CONSTANT":
+                limit = int(value["literal"]["text"])
+            elif value.get("class") == "PARAMETER":
+                identifier = value.get("identifier") or value.get("parameter_nr")
+                limit = params.get(str(identifier))
+    return order, limit
+
+
+def combine(parts: list[pa.Table], sql: str, params: Mapping[str, Any]) -> pa.Table:
+    """Concatenate per-share results and apply ``sql``'s outer ORDER BY and LIMIT to the whole."""
+    parts = [p for p in parts if p.num_columns] or parts[:1]
+    table = pa.concat_tables(parts, promote_options="permissive") if len(parts) > 1 else parts[0]
+    order, limit = _final_order(sql, params)
+    if not order and limit is None:
+        return table
+    with connect() as con:
+        con.register("_combined", table)
+        limit_sql = f" LIMIT {int(limit)}" if limit is not None else ""
+        try:
+            return con.sql(f"SELECT * FROM _combined{f' ORDER BY {order}' if order else ''}{limit_sql}").to_arrow_table()
+        except duckdb.Error:  # ordered by something not in the result: keep the limit only
+            return con.sql(f"SELECT * FROM _combined{limit_sql}").to_arrow_table()
+
+
+def derive_stored_table(table: str, snapshot: Snapshot) -> pa.Table:
+    """The rows of stored table ``table`` over ``snapshot``: its module with default parameters.
+
+    Compaction's callback (``Warehouse.compact(derive=...)``): storage never runs analyses itself.
+    """
+    lib = library()
+    module_id = PACK_DERIVED_TABLES[table]
+    text = lib.text(module_id)
+    return run_on_share(snapshot, text, _used(text, lib.bind(module_id, {})))
+
+
+class Engine:
+    """Runs SQL and the library's analyses over one snapshot of a warehouse.
+
+    Example:
+        >>> engine.sql("SELECT count(*) AS n FROM events").pl()                # doctest: +SKIP
+        >>> engine.analysis("memory_bound", profiles=["3fa2c0de12345678"])     # doctest: +SKIP
+    """
+
+    def __init__(self, snapshot: Snapshot, *, backend: Backend | None = None, sql_library: Library | None = None) -> None:
+        self.snapshot = snapshot
+        self.backend: Backend = backend or LocalBackend()
+        self.library = sql_library or library()
+        self._connection: duckdb.DuckDBPyConnection | None = None
+
+    @property
+    def profile_ids(self) -> list[str]:
+        return list(self.snapshot.profile_ids)
+
+    @property
+    def connection(self) -> duckdb.DuckDBPyConnection:
+        """The connection holding a view per table over the whole snapshot (opened on first use)."""
+        if self._connection is None:
+            self._connection = snapshot_connection(self.snapshot)
+        return self._connection
+
+    def close(self) -> None:
+        if self._connection is not None:
+            self._connection.close()
+            self._connection = None
+
+    def sql(self, query: str, params: Mapping[str, Any] | Sequence[Any] | None = None) -> Result:
+        """DuckDB SQL over every table of the snapshot; ``params`` binds ``$name`` or ``?`` placeholders."""
+        try:
+            relation = self.connection.sql(query, params=params) if params else self.connection.sql(query)
+        except duckdb.Error as exc:
+            raise QueryError(f"query failed: {exc}") from None
+        if relation is None:  # a statement, not a query
+            relation = self.connection.sql("SELECT 1 WHERE false")
+        return Result(relation)
+
+    def table(self, name: str) -> Any:
+        """Table ``name`` as a Polars LazyFrame over the snapshot's files; None when it has no file."""
+        return self.snapshot.scan_polars(name)
+
+    def profiles_where(self, where: str) -> list[str]:
+        """Profile ids whose ``profiles`` row satisfies the SQL expression ``where`` (one expression)."""
+        return profiles_where(self.snapshot, where)
+
+    def restricted(self, profiles: Iterable[str] | str | None) -> Snapshot:
+        """The snapshot narrowed to ``profiles`` (all when None); an id it lacks raises ParameterError."""
+        if profiles is None:
+            return self.snapshot
+        wanted = [profiles] if isinstance(profiles, str) else list(profiles)
+        missing = sorted(set(wanted) - set(self.snapshot.profile_ids))
+        if missing:
+            raise ParameterError(f"profiles not in the warehouse {self.snapshot.root}: {', '.join(missing)}")
+        return self.snapshot.restrict(wanted)
+
+    def analysis(self, name: str, *, profiles: Iterable[str] | str | None = None, **params: Any) -> Result:
+        """Run analysis ``name`` (``ops.roofline`` or ``roofline``) over ``profiles`` (default: all).
+
+        Parameters left out take their declared defaults; see ``xprosql.analyses()``.
+        """
+        module = self.library.module(name)
+        bound = self.library.bind(module.id, params)
+        snapshot = self.restricted(profiles)
+        failure = f"analysis {module.id} failed with {_describe(bound)}"
+        try:
+            result = self._fleet(module.id, bound, snapshot) if module.fleet else self._per_profile(module.id, bound, snapshot)
+        except duckdb.Error as exc:
+            raise QueryError(f"{failure}: {_first_line(exc)}") from None
+        result._failure = failure
+        return result
+
+    # -- plans ------------------------------------------------------------------------------------
+
+    def _stored(self, module_id: str, bound: Mapping[str, Any]) -> dict[str, str]:
+        """Stored modules ``module_id`` can read instead of computing: (module -> table)."""
+        builds_on = self.library.included(module_id) | {module_id}
+        usable = {}
+        for table, stored_module in PACK_DERIVED_TABLES.items():
+            if stored_module not in builds_on:
+                continue
+            defaults = self.library.parameters(stored_module)
+            if all(bound[p] == defaults[p].default for p in self.library.passed(module_id, stored_module)):
+                usable[stored_module] = table
+        return usable
+
+    def _per_profile(self, module_id: str, bound: Mapping[str, Any], snapshot: Snapshot) -> Result:
+        text = self.library.text(module_id)
+        stored = self._stored(module_id, bound)
+        covered = {p for pack in snapshot.packs if all(t in pack.rows for t in stored.values())
+                   for p in pack.profiles} & set(snapshot.profile_ids) if stored else set()
+        if not covered:
+            return self._map(snapshot, text, bound, module_id)
+        stored_text = self.library.text(module_id, frozenset(stored.items()))
+        rest = sorted(set(snapshot.profile_ids) - covered)
+        if not rest:
+            return self._map(snapshot, stored_text, bound, module_id)
+        parts = [self._map(snapshot.restrict(covered), stored_text, bound, module_id).arrow(),
+                 self._map(snapshot.restrict(rest), text, bound, module_id).arrow()]
+        return Result.from_arrow(combine(parts, text, bound), description=module_id)
+
+    def _map(self, snapshot: Snapshot, sql: str, bound: Mapping[str, Any], module_id: str) -> Result:
+        params = _used(sql, bound)
+        events = self._events(snapshot) if scans_events(sql) else 0
+        shares = self.backend.shares(snapshot, sql, events)
+        if len(shares) == 1 and isinstance(self.backend, LocalBackend):
+            if shares[0] is self.snapshot:
+                return Result(self._query(self.connection, sql, params), description=module_id)
+            con = snapshot_connection(shares[0])
+            return Result(self._query(con, sql, params), connection=con, description=module_id)
+        parts = self.backend.run(shares, sql, params)
+        return Result.from_arrow(combine(parts, sql, params), description=module_id)
+
+    @staticmethod
+    def _query(con: duckdb.DuckDBPyConnection, sql: str, params: Mapping[str, Any]) -> duckdb.DuckDBPyRelation:
+        return con.sql(sql, params=dict(params)) if params else con.sql(sql)
+
+    def _events(self, snapshot: Snapshot) -> int:
+        rows = self.connection.execute(
+            "SELECT coalesce(sum(n_events), 0) FROM profiles WHERE list_contains($p, profile_id)",
+            {"p": list(snapshot.profile_ids)}).fetchall()
+        return int(rows[0][0])
+
+    def _fleet(self, module_id: str, bound: Mapping[str, Any], snapshot: Snapshot) -> Result:
+        """A fleet analysis: its includes per profile (as above), then its own SQL once over their rows."""
+        module = self.library.modules[module_id]
+        arrow = {}
+        for include in module.includes:
+            own = {k: bound[k] for k in self.library.parameters(include) if k in module.passes}
+            inner = self.library.bind(include, own)
+            part = (self._fleet(include, inner, snapshot) if self.library.modules[include].fleet
+                    else self._per_profile(include, inner, snapshot))
+            arrow[_alias(include)] = part.arrow()
+        text = re.sub(r"^[ \t]*--[ \t]*@include[ \t]+([A-Za-z0-9_.]+)[ \t]*$",
+                      lambda m: f"SELECT * FROM {_alias(m.group(1))}", module.text, flags=re.MULTILINE)
+        con = connect_views({table: snapshot.scan_sql(table) for table in TABLES}, arrow=arrow)
+        return Result(self._query(con, text, _used(text, bound)), connection=con, description=module_id)
+
+
+def _alias(module_id: str) -> str:
+    return "_rows_" + module_id.replace(".", "_")
+
+
+def _first_line(exc: Exception) -> str:
+    return str(exc).strip().split("\n", 1)[0]
+
+
+def _describe(params: Mapping[str, Any]) -> str:
+    return ", ".join(f"{k}={v!r}" for k, v in params.items()) or "no parameters"
+
+
+def profiles_where(snapshot: Snapshot, where: str) -> list[str]:
+    """Profile ids of ``snapshot`` whose ``profiles`` row satisfies the SQL expression ``where``.
+
+    Reads the ``profiles`` table only (one small row per profile), so a predicate on tags prunes every
+    other table to the matching profiles' files. ``where`` must be one expression, not a statement.
+
+    Example:
+        >>> profiles_where(snapshot, "tags['job'] = 'bert' AND host LIKE 'tpu-%'")  # doctest: +SKIP
+        ['0a1b...', ...]
+    """
+    con = connect_views({"profiles": snapshot.scan_sql("profiles")})
+    try:
+        # Parsed as the one expression of a SELECT list: a second statement or clause does not parse.
+        tree = json.loads(con.execute("SELECT json_serialize_sql(?)", [f"SELECT ({where})"]).fetchall()[0][0])
+        if tree.get("error") or len(tree.get("statements", [])) != 1:
+            raise ParameterError(f"bad profile predicate {where!r}: not one SQL expression")
+        rows = con.execute(f"SELECT profile_id FROM profiles WHERE ({where}) ORDER BY profile_id").fetchall()
+    except duckdb.Error as exc:
+        raise ParameterError(f"bad profile predicate {where!r}: {_first_line(exc)}") from None
+    finally:
+        con.close()
+    return [r[0] for r in rows]
+
+
+
+
+def compact(path: str | os.PathLike[str], *, target_rows: int = PACK_TARGET_ROWS, min_profiles: int = 2,
+            wait: bool = True) -> CompactReport | None:
+    """Compact the warehouse at ``path`` (:meth:`xprosql.warehouse.Warehouse.compact`), storing for each new pack
+    the rows of ``PACK_DERIVED_TABLES`` that fleet queries read instead of events.
+
+    Example:
+        >>> print(xprosql.compact("run/"))                                     # doctest: +SKIP
+    """
+    return Warehouse(path).compact(target_rows=target_rows, min_profiles=min_profiles, wait=wait,
+                                   derive=derive_stored_table)

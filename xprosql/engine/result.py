@@ -1,0 +1,119 @@
+"""One result type for every query and analysis: lazy until asked, then Arrow, Polars or pandas.
+
+Example:
+    >>> import duckdb
+    >>> r = Result(duckdb.connect().sql("SELECT sum(range) AS total_ps FROM range(4)"))
+    >>> r.arrow().schema.field("total_ps").type    # DuckDB's HUGEINT sum comes back as int64, not decimal
+    DataType(int64)
+    >>> r.pl()["total_ps"].to_list()
+    [6]
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import duckdb
+import pyarrow as pa
+
+from xprosql.errors import QueryError, XprosqlError
+
+if TYPE_CHECKING:
+    import polars as pl
+
+__all__ = ["Result"]
+
+
+def _normalised(table: pa.Table) -> pa.Table:
+    """DuckDB's integer sums (HUGEINT, which Arrow receives as decimal128(38, 0)) as int64, and other
+    decimals as float64. An integer column whose values do not fit in int64 stays exact (decimal128)."""
+    for index, field in enumerate(table.schema):
+        if not pa.types.is_decimal(field.type):
+            continue
+        column = table.column(index)
+        if field.type.scale == 0:
+            try:
+                column = column.cast(pa.int64())
+            except pa.ArrowInvalid:  # beyond int64: keep every digit
+                continue
+        else:
+            column = column.cast(pa.float64())
+        table = table.set_column(index, field.with_type(column.type), column)
+    return table
+
+
+class Result:
+    """Rows of a query or an analysis. Nothing runs until the rows are asked for; then they are kept.
+
+    ``.pl()`` (Polars), ``.lazy()`` (Polars LazyFrame), ``.arrow()`` (PyArrow), ``.df()`` (pandas,
+    needs ``pip install 'xprosql[pandas]'``), ``.rows()`` (tuples), ``.relation`` (the DuckDB relation,
+    to refine with DuckDB's relational API). Integer picosecond sums come back as 64-bit integers.
+    """
+
+    def __init__(self, relation: duckdb.DuckDBPyRelation, *, connection: duckdb.DuckDBPyConnection | None = None,
+                 description: str = "query") -> None:
+        self._relation = relation
+        self._table: pa.Table | None = None
+        # A connection opened for this result alone lives as long as the result.
+        self._connection = connection
+        self._description = description
+        # Set for an analysis: what failed, said in our words, with DuckDB's first line only (the rest
+        # points into SQL the user did not write).
+        self._failure: str | None = None
+
+    @classmethod
+    def from_arrow(cls, table: pa.Table, *, description: str = "query") -> Result:
+        """A result over rows already computed (share by share, or on a cluster)."""
+        from xprosql._duckdb import connect
+
+        con = connect()
+        con.register("_rows", table)
+        result = cls(con.table("_rows"), connection=con, description=description)
+        return result
+
+    @property
+    def relation(self) -> duckdb.DuckDBPyRelation:
+        return self._relation
+
+    def arrow(self) -> pa.Table:
+        if self._table is None:
+            try:
+                self._table = _normalised(self._relation.to_arrow_table())
+            except duckdb.Error as exc:
+                if self._failure is not None:
+                    raise QueryError(f"{self._failure}: {str(exc).strip().splitlines()[0]}") from None
+                raise QueryError(f"{self._description}: {exc}") from None
+        return self._table
+
+    def pl(self) -> pl.DataFrame:
+        import polars as pl
+
+        return pl.from_arrow(self.arrow())  # type: ignore[return-value]
+
+    def lazy(self) -> pl.LazyFrame:
+        return self.pl().lazy()
+
+    def df(self) -> Any:
+        """A pandas DataFrame."""
+        try:
+            import pandas  # noqa: F401
+        except ImportError:
+            raise XprosqlError("Result.df() needs pandas: pip install 'xprosql[pandas]'") from None
+        return self.arrow().to_pandas()
+
+    def rows(self) -> list[tuple[Any, ...]]:
+        columns = [c.to_pylist() for c in self.arrow().columns]
+        return list(zip(*columns))
+
+    @property
+    def columns(self) -> list[str]:
+        return list(self._relation.columns)
+
+    def __len__(self) -> int:
+        return self.arrow().num_rows
+
+    def __repr__(self) -> str:
+        import polars as pl
+
+        with pl.Config(tbl_rows=20, fmt_str_lengths=60, tbl_width_chars=160):
+            return f"Result({self._description})\n{self.pl()!r}"
