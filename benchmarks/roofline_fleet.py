@@ -7,7 +7,7 @@ the real XSpace samples in tests/data/xspace, alternating TPU v6e and V100:
 each copy is the sample re-serialized with every line's timestamp shifted by
 its index (ns) and another hostname, so its bytes, and so its profile id,
 differ while its content stays real. Then times ``run.roofline()`` (DuckDB,
-``sql/roofline.sql``) and :func:`roofline_polars` over all profiles in one
+``sql/ops/roofline.sql``) and :func:`roofline_polars` over all profiles in one
 call, after one warm-up run: the first number is the load (listing files,
 creating views) plus the query, the rest the query alone; best and median of
 ``--repeat`` runs are printed.
@@ -94,7 +94,7 @@ def main() -> None:
     frame = run.roofline().pl()
     sql = [timed(lambda: run.roofline().pl()) for _ in range(args.repeat)]
     sql_cpu = min(cpu_seconds(lambda: run.roofline().pl()) for _ in range(args.repeat))
-    polars = [timed(lambda: roofline_polars(run.engine)) for _ in range(args.repeat)]
+    polars = [timed(lambda: roofline_polars(run.table).collect()) for _ in range(args.repeat)]
     profiles = frame.filter(frame["row_kind"] == "profile").height
     print(f"one roofline query -> {frame.height} rows, {profiles} profile rows; "
           f"{os.cpu_count()} cores, load average {os.getloadavg()[0]:.1f}")

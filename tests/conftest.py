@@ -54,12 +54,9 @@ def analysis_text(name: str) -> str:
 
 def bound_parameters(name: str, params: dict | None = None) -> dict:
     """``params`` completed with the module's defaults, only those its text uses (as the engine passes them)."""
-    from xprosql.engine.library import library, placeholders
+    from xprosql.engine.library import library
 
-    lib = library()
-    module_id = lib.module(name, private=True).id
-    used = placeholders(lib.text(module_id))
-    return {k: v for k, v in lib.bind(module_id, params or {}).items() if k in used}
+    return library().runnable(library().module(name, private=True).id, params)[1]
 
 
 # Every real profile of tests/data: the input of the catalogue contract and the golden tests.

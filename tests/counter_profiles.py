@@ -47,7 +47,7 @@ from typing import Any
 
 from xprosql.protos import xplane_pb2
 
-__all__ = ["Manifest", "build_counter_profile", "xprof_dictionary", "run_xprof_tool", "UNREADABLE"]
+__all__ = ["UNREADABLE", "Manifest", "build_counter_profile", "run_xprof_tool", "xprof_dictionary"]
 
 UNREADABLE = 0xFFFFFFFFFFFFFFFF
 FREQUENCY_HZ = {"v6e": 1.75e9, "v7x": 1.9e9}
@@ -236,7 +236,7 @@ def build_counter_profile(
                         e.stats.add(metadata_id=id_stat, uint64_value=dictionary[name])
                     manifest.counter_events += 1
                 manifest.unreadable += len(bad)
-                for name, (md_id, counter_id) in extra.items():
+                for md_id, _counter_id in extra.values():
                     e = line.events.add(metadata_id=md_id, offset_ps=0, duration_ps=event.duration_ps)
                     e.stats.add(metadata_id=value_stat, uint64_value=rng.randrange(1, 10**6))
                     e.stats.add(metadata_id=id_stat, uint64_value=counter_id)

@@ -1,4 +1,4 @@
-"""Async operations (sql/async_ops.sql, sql/async_summary.sql) on the real samples, plus
+"""Async operations (sql/async/async_ops.sql, sql/async/async_summary.sql) on the real samples, plus
 one hand-built XSpace for what no real file shows (said where it is used)."""
 
 from __future__ import annotations

@@ -132,7 +132,7 @@ def test_killed_parallel_ingest_then_resumed_equals_uninterrupted(logs: Path, se
         except ProcessLookupError:
             break
         time.sleep(0.01)
-    assert 1 <= len(committed), "the ingest committed nothing before the deadline"
+    assert len(committed) >= 1, "the ingest committed nothing before the deadline"
     before_resume = len(Warehouse(root).profile_ids())
     resumed = xprosql.ingest(logs, into=root, jobs=2, compact=False)
     assert resumed.ok and len(resumed.skipped) == before_resume

@@ -1,4 +1,4 @@
-"""Bottlenecks (sql/bottlenecks.sql): the breakdown sums to step time, the TPU sample is
+"""Bottlenecks (sql/steps/bottlenecks.sql): the breakdown sums to step time, the TPU sample is
 bound by exposed host offload (checked against an interval computation done here),
 thresholds are parameters, and profiles rank in one query."""
 
@@ -59,7 +59,7 @@ def test_categories_sum_to_step_time(run: xprosql.Run, rows: pl.DataFrame) -> No
     assert (rows.select(total - pl.col("step_ps")).to_series() == 0).all()
     shares = pl.sum_horizontal([f"{c}_share" for c in BOTTLENECK_CATEGORIES])
     assert ((rows.select(shares).to_series() - 1).abs() < 1e-9).all()
-    # step rows agree with sql/steps.sql on wall and busy time
+    # step rows agree with sql/steps/steps.sql on wall and busy time
     steps = run.steps().pl().select("profile_id", "device_id", "step_index", "wall_ps", "busy_ps")
     joined = rows.filter(pl.col("scope") == "step").join(steps, on=["profile_id", "device_id", "step_index"])
     assert joined.height == steps.height

@@ -18,7 +18,7 @@ import pytest
 import xprosql
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
-import make_corpus  # noqa: E402
+import make_corpus
 
 PER_JOB = 10
 CHANGE_AT = 5

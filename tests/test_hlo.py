@@ -7,12 +7,11 @@ from pathlib import Path
 
 import pyarrow as pa
 import pytest
+from conftest import TPU_SAMPLE
+from jax_profiles import JAX_STEP_HLO_TEXT, JAX_STEP_MODULE, JAX_STEP_PARAMETER_DIMS, JAX_STEP_RUNS
 
 from xprosql.ingest import hlo
 from xprosql.protos import hlo_pb2, xplane_pb2
-
-from conftest import TPU_SAMPLE
-from jax_profiles import JAX_STEP_HLO_TEXT, JAX_STEP_MODULE, JAX_STEP_PARAMETER_DIMS, JAX_STEP_RUNS
 
 U64 = (1 << 64) - 1
 
@@ -113,7 +112,7 @@ def test_tpu_shapes_and_operands_match_device_op_metadata(tpu_space, tpu_rows):
         if not plane.name.startswith("/device:TPU:"):
             continue
         names = {k: v.name for k, v in plane.stat_metadata.items()}
-        line = next(l for l in plane.lines if l.name == "XLA Ops")
+        line = next(each for each in plane.lines if each.name == "XLA Ops")
         for md_id in {e.metadata_id for e in line.events}:
             md = plane.event_metadata[md_id]
             stats = _stats(md.stats, names)

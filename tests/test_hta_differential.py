@@ -108,7 +108,7 @@ def test_launch_stats(case: dict[str, Any]) -> None:
 def test_queue_length_maximum(case: dict[str, Any]) -> None:
     ours = case["run"].queue_length(summary=True, us_rounding=True).pl()
     theirs = case["hta"]["queue"]
-    stream = [c for c in theirs.columns if "stream" in str(c)][0]
-    maximum = [c for c in theirs.columns if "max" in str(c)][0]
+    stream = next(c for c in theirs.columns if "stream" in str(c))
+    maximum = next(c for c in theirs.columns if "max" in str(c))
     expected = dict(zip(theirs[stream].to_list(), theirs[maximum].to_list()))
     assert dict(zip(ours["stream_id"].to_list(), ours["max_queue_length"].to_list())) == {k: int(v) for k, v in expected.items()}

@@ -53,7 +53,7 @@ def test_charts_are_not_blank(tpu_report: tuple[xprosql.Run, Report]) -> None:
 
 
 def test_html_names_the_bottleneck(tpu_report: tuple[xprosql.Run, Report], tmp_path: Path) -> None:
-    run, report = tpu_report
+    _, report = tpu_report
     summary = report.profiles[0].summary
     assert summary is not None and summary["primary_bottleneck"] == "host_offload_bound"
     path = report.write(tmp_path / "report.html")

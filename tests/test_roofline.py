@@ -1,4 +1,4 @@
-"""Roofline and memory-bound classification (sql/roofline.sql, sql/memory_bound.sql).
+"""Roofline and memory-bound classification (sql/ops/roofline.sql, sql/ops/memory_bound.sql).
 
 Real profiles throughout: the TPU v6e and V100 XSpace samples, a Kineto A100
 trace, and JAX CPU profiles made here (the test step, a matmul-heavy MLP step
@@ -22,10 +22,10 @@ from jax_profiles import JAX_ROOFLINE_PROGRAMS, jax_available, session_roofline_
 from polars.testing import assert_frame_equal
 
 import xprosql
+from xprosql.engine.library import library
 from xprosql.ingest import profile_id_of
 from xprosql.models import hardware
 from xprosql.protos import xplane_pb2
-from xprosql.engine.library import library
 from xprosql.queries.roofline import ROOFLINE_KEYS, roofline, roofline_polars
 
 KINETO_A100 = TEST_DATA / "kineto" / "a100_nccl_rank0.json.gz"
@@ -83,7 +83,7 @@ def _assert_frames_equal(a: pl.DataFrame, b: pl.DataFrame) -> None:
 def test_polars_roofline_equals_the_sql_one(run: xprosql.Run, options: dict) -> None:
     sql = roofline(run.engine, **options).pl()
     assert set(sql["device_kind"]) >= {"tpu", "gpu", "cpu"}
-    _assert_frames_equal(sql, roofline_polars(run.engine, **options))
+    _assert_frames_equal(sql, roofline_polars(run.table, **options).collect())
 
 
 def test_op_stats_stored_at_ingest_equal_the_sql_over_the_warehouse(run: xprosql.Run) -> None:
@@ -186,7 +186,7 @@ def test_self_time_subtracts_the_ops_nested_on_the_same_line(tmp_path: Path) -> 
     path.write_bytes(space.SerializeToString())
     assert xprosql.ingest(path, into=tmp_path / "run").ok
     nested_run = xprosql.load(tmp_path / "run")
-    for frame in (roofline(nested_run.engine).pl(), roofline_polars(nested_run.engine)):
+    for frame in (roofline(nested_run.engine).pl(), roofline_polars(nested_run.table).collect()):
         ops = frame.filter(pl.col("row_kind") == "op")
         got = {r["op"]: (r["occurrences"], r["total_time_ps"], r["self_time_ps"]) for r in ops.iter_rows(named=True)}
         assert got == expected

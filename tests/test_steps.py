@@ -1,4 +1,4 @@
-"""Steps (sql/steps.sql): step boundaries from every source, with busy time checked
+"""Steps (sql/steps/steps.sql): step boundaries from every source, with busy time checked
 against an independent interval union computed here in Python."""
 
 from __future__ import annotations

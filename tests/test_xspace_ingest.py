@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import importlib.metadata
-
 from collections import Counter, defaultdict
 from pathlib import Path
 

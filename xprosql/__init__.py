@@ -11,7 +11,6 @@ Example:
 from __future__ import annotations
 
 from xprosql._version import __version__
-
 from xprosql.engine import Result, compact
 from xprosql.engine.catalogue import analyses
 from xprosql.errors import (
@@ -28,20 +27,20 @@ from xprosql.ingest import IngestReport, ingest
 from xprosql.run import Run, load
 
 __all__ = [
+    "AnalysisError",
+    "IngestError",
+    "IngestReport",
+    "ParameterError",
+    "QueryError",
+    "Result",
+    "Run",
+    "UnknownAnalysisError",
+    "UnknownTableError",
+    "WarehouseError",
+    "XprosqlError",
     "__version__",
     "analyses",
     "compact",
     "ingest",
     "load",
-    "IngestReport",
-    "Result",
-    "Run",
-    "AnalysisError",
-    "IngestError",
-    "ParameterError",
-    "QueryError",
-    "UnknownAnalysisError",
-    "UnknownTableError",
-    "WarehouseError",
-    "XprosqlError",
 ]

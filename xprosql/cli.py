@@ -16,21 +16,22 @@ import argparse
 import signal
 import sys
 import tempfile
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from importlib import resources
 from pathlib import Path
+from typing import Any
 
 import polars as pl
 import pyarrow.parquet as pq
 
 from xprosql._version import __version__
+from xprosql.engine import Result
 from xprosql.errors import XprosqlError
 from xprosql.ingest import ingest
 from xprosql.models.tables import PARTITION_COLUMN, TABLES, column_unit
-from xprosql.engine import Result
 from xprosql.run import load
 
-__all__ = ["main", "entry"]
+__all__ = ["entry", "main"]
 
 DEMO_PROFILE = "tpu_v6e_inference.xplane.pb"
 
@@ -53,7 +54,8 @@ def _parse_tags(pairs: Sequence[str]) -> dict[str, str]:
 def _cmd_ingest(args: argparse.Namespace) -> int:
     from xprosql.ingest import IngestInterrupted
 
-    compact = {"auto": "auto", "always": True, "never": False}[args.compact]
+    compacts: dict[str, bool | str] = {"auto": "auto", "always": True, "never": False}
+    compact = compacts[args.compact]
     interrupted = False
     try:
         report = ingest(
@@ -97,20 +99,40 @@ def _cmd_analyses(args: argparse.Namespace) -> int:
     return 0
 
 
-def _parse_params(pairs: Sequence[str]) -> dict[str, object]:
-    params: dict[str, object] = {}
+def _parse_params(pairs: Sequence[str], declared: Mapping[str, str] | None = None) -> dict[str, Any]:
+    """``NAME=VALUE`` pairs as values: of the declared DuckDB type (an analysis's ``name -> type``), else
+    an integer, a number or a string, whichever reads. A list (``VARCHAR[]``) is comma-separated."""
+    params: dict[str, Any] = {}
     for pair in pairs:
         name, sep, value = pair.partition("=")
         if not sep:
             raise XprosqlError(f"--param wants NAME=VALUE, got {pair!r}")
+        sql_type = (declared or {}).get(name)
         try:
-            params[name] = int(value)
-        except ValueError:
-            try:
-                params[name] = float(value)
-            except ValueError:
+            if sql_type is None:
+                params[name] = _guess(value)
+            elif sql_type.endswith("[]"):
+                params[name] = [v for v in value.split(",") if v]
+            elif sql_type in ("BIGINT", "INTEGER"):
+                params[name] = None if value.upper() == "NULL" else int(value)
+            elif sql_type == "DOUBLE":
+                params[name] = None if value.upper() == "NULL" else float(value)
+            elif sql_type == "BOOLEAN":
+                params[name] = {"true": True, "false": False}[value.lower()]
+            else:
                 params[name] = value
+        except (ValueError, KeyError):
+            raise XprosqlError(f"--param {name}: {value!r} is not a {sql_type}") from None
     return params
+
+
+def _guess(value: str) -> int | float | str:
+    for kind in (int, float):
+        try:
+            return kind(value)
+        except ValueError:
+            pass
+    return value
 
 
 def _cmd_sql(args: argparse.Namespace) -> int:
@@ -122,7 +144,9 @@ def _cmd_sql(args: argparse.Namespace) -> int:
         if args.show:  # the runnable SQL, includes expanded, to copy and adapt
             print(library().text(library().module(args.analysis).id).rstrip())
             return 0
-        result = load(args.dir).analysis(args.analysis, **_parse_params(args.param))
+        module_id = library().module(args.analysis).id
+        declared = {name: p.sql_type for name, p in library().parameters(module_id).items()}
+        result = load(args.dir).analysis(module_id, **_parse_params(args.param, declared))
     else:
         if args.show:
             raise XprosqlError("--show needs --analysis NAME")
@@ -254,6 +278,7 @@ def _cmd_record(args: argparse.Namespace) -> int:
         finally:
             sys.argv = saved_argv
     print(f"recorded {recording.path}: " + ", ".join(f"{n} {cat}" for cat, n in sorted(recording.counts.items())))
+    assert recording.path is not None  # set once the recording has ended
     report = ingest(recording.path, into=args.into)
     for path, reason in report.failed:
         print(f"error: {path}: {reason}", file=sys.stderr)

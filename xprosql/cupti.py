@@ -40,8 +40,17 @@ from typing import Any, NamedTuple
 from xprosql.errors import XprosqlError
 from xprosql.models.recording import PM_SAMPLE_ARG, PM_SAMPLING_CATEGORY, RECORDER_KEY
 
-__all__ = ["record", "Recording", "CuptiUnavailableError", "records_to_trace", "PmSamples", "RECORDER_KEY",
-           "DEFAULT_KINDS", "PM_SAMPLING_CATEGORY", "PM_SAMPLE_ARG"]
+__all__ = [
+    "DEFAULT_KINDS",
+    "PM_SAMPLE_ARG",
+    "PM_SAMPLING_CATEGORY",
+    "RECORDER_KEY",
+    "CuptiUnavailableError",
+    "PmSamples",
+    "Recording",
+    "record",
+    "records_to_trace",
+]
 
 DEFAULT_KINDS = ("CONCURRENT_KERNEL", "MEMCPY", "MEMSET", "RUNTIME", "DRIVER", "SYNCHRONIZATION", "MARKER")
 _BUFFER_BYTES = 8 * 1024 * 1024
@@ -86,7 +95,7 @@ class PmSamples(NamedTuple):
 
 def _load_cupti() -> Any:
     try:
-        from cupti import cupti  # type: ignore[import-not-found]
+        from cupti import cupti
     except ImportError as exc:
         raise CuptiUnavailableError(
             f"cupti-python is not importable ({exc}); install it with pip install 'xprosql[cupti]' "
@@ -227,8 +236,8 @@ def _pm_events(decoded: PmSamples, device: int, us: Any, events: list[dict[str, 
 def _load_pm_sampling() -> tuple[Any, Any]:
     """``cupti.pm_sampling`` and the CUDA driver bindings (``cuda-bindings``, a cupti-python dependency)."""
     try:
-        from cuda.bindings import driver  # type: ignore[import-not-found]
-        from cupti import pm_sampling  # type: ignore[import-not-found]
+        from cuda.bindings import driver
+        from cupti import pm_sampling
     except ImportError as exc:
         raise CuptiUnavailableError(
             f"cupti-python has no PM sampling ({exc}); metrics= needs cupti-python >= 13.3"

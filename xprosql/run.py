@@ -101,8 +101,8 @@ class Run:
             raise UnknownTableError(f"unknown table {name!r}; tables are {', '.join(TABLES)}")
         scan = self.engine.table(name)
         if scan is None:
-            schema = {PARTITION_COLUMN: pl.String, **pl.Schema(pl.from_arrow(TABLES[name].empty_table()).schema)}
-            return pl.LazyFrame(schema=schema)
+            empty = pl.DataFrame(TABLES[name].empty_table())
+            return pl.LazyFrame(schema={PARTITION_COLUMN: pl.String, **empty.schema})
         return scan
 
     @property

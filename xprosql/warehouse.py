@@ -61,16 +61,16 @@ from xprosql.errors import WarehouseError
 from xprosql.models.tables import PACK_DERIVED_TABLES, PARTITION_COLUMN, TABLES
 
 __all__ = [
-    "Warehouse",
-    "StagedProfile",
-    "Snapshot",
-    "Pack",
-    "Lease",
-    "CompactReport",
-    "ROW_GROUP_ROWS",
-    "PACK_TARGET_ROWS",
-    "SMALL_PROFILE_ROWS",
     "AUTO_COMPACT_MIN_PROFILES",
+    "PACK_TARGET_ROWS",
+    "ROW_GROUP_ROWS",
+    "SMALL_PROFILE_ROWS",
+    "CompactReport",
+    "Lease",
+    "Pack",
+    "Snapshot",
+    "StagedProfile",
+    "Warehouse",
 ]
 
 ROW_GROUP_ROWS = 500_000
@@ -493,7 +493,7 @@ class Warehouse:
             handle = None
             try:
                 (self.root / _READERS).mkdir(exist_ok=True)
-                handle = open(self.root / _READERS / f"{generation:08d}.lock", "a")
+                handle = open(self.root / _READERS / f"{generation:08d}.lock", "a")  # noqa: SIM115 - held for the snapshot's life
                 fcntl.flock(handle, fcntl.LOCK_SH)
             except OSError:  # a read-only warehouse: nobody can compact it under us
                 if handle is not None:
@@ -518,7 +518,7 @@ class Warehouse:
         loose_ids = [p for p in self._loose_profile_ids() if p not in packed]
         loose: dict[str, tuple[tuple[str, str], ...]] = {}
         for table in TABLES:
-            items = []
+            items: list[tuple[str, str]] = []
             table_dir = self.root / table
             for profile_id in loose_ids:
                 partition = _partition_dir(table_dir, profile_id)
@@ -552,7 +552,7 @@ class Warehouse:
         pending = self.root / f"{_PENDING_PREFIX}{name}"
         pending.mkdir()
         # Held while staging: a later cleanup removes the directory only once this process is gone.
-        owner = open(pending / _OWNER_FILE, "w")
+        owner = open(pending / _OWNER_FILE, "w")  # noqa: SIM115 - held while staging
         fcntl.flock(owner, fcntl.LOCK_EX)
         # Renamed once locked, so every staging folder has its owner file (a crash before leaves a pending one).
         directory = self.root / f"{_STAGING_PREFIX}{name}"
@@ -676,6 +676,7 @@ class Warehouse:
                     target = Pack(pack_id, tuple(group)).file(self.root, table)
                     rows[table] = self._write_pack_file(table, target, loose_files, pack_files, group)
                 for table in PACK_DERIVED_TABLES if derive is not None else ():
+                    assert derive is not None  # the loop runs only with it
                     pack = Pack(pack_id, tuple(group), dict(rows))
                     rows[table] = self._write_derived(table, pack, derive(table, Snapshot(str(self.root), new_generation, pack.profiles, {}, (pack,))))
                 new_packs.append({"id": pack_id, "profiles": group, "rows": rows})
@@ -850,7 +851,7 @@ class Warehouse:
         """Remove a staging folder whose writer is gone (its owner lock is free)."""
         owner = directory / _OWNER_FILE
         try:
-            handle = open(owner, "r")
+            handle = open(owner)  # noqa: SIM115 - closed below, after the lock test
         except FileNotFoundError:  # a pending folder: being created this instant, or long dead
             try:
                 stale = dt.datetime.now().timestamp() - directory.stat().st_mtime > 60

@@ -41,5 +41,5 @@ SELECT
     total_ps / sum(total_ps) OVER (PARTITION BY profile_id, device, track) AS share_of_track,
     flops, bytes_accessed
 FROM per_op
-QUALIFY row_number() OVER (PARTITION BY profile_id, device, track ORDER BY total_ps DESC) <= $top
-ORDER BY profile_id, device, track, total_ps DESC
+QUALIFY row_number() OVER (PARTITION BY profile_id, device, track ORDER BY total_ps DESC, op) <= $top
+ORDER BY profile_id, device, track, total_ps DESC, op

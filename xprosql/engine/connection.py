@@ -13,7 +13,7 @@ Example:
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import duckdb
@@ -24,7 +24,7 @@ from xprosql.engine.functions import register_functions
 from xprosql.models.tables import PARTITION_COLUMN, TABLES
 from xprosql.warehouse import Snapshot
 
-__all__ = ["connect_views", "run_on_share", "snapshot_connection"]
+__all__ = ["connect_views", "query", "run_on_share", "snapshot_connection"]
 
 
 def connect_views(
@@ -54,6 +54,15 @@ def connect_views(
     return con
 
 
+def query(con: duckdb.DuckDBPyConnection, sql: str,
+          params: Mapping[str, Any] | Sequence[Any] | None = None) -> duckdb.DuckDBPyRelation:
+    """``sql`` on ``con`` as a lazy relation; ``params`` binds its ``$name`` or ``?`` placeholders (none: no binding,
+    which DuckDB needs for texts without placeholders)."""
+    if not params:
+        return con.sql(sql)
+    return con.sql(sql, params=dict(params) if isinstance(params, Mapping) else list(params))
+
+
 def snapshot_connection(snapshot: Snapshot) -> duckdb.DuckDBPyConnection:
     """Views over the files of ``snapshot``."""
     return connect_views({table: snapshot.scan_sql(table) for table in TABLES})
@@ -63,7 +72,6 @@ def run_on_share(share: Snapshot, sql: str, params: Mapping[str, Any] | None) ->
     """Run ``sql`` over one share of a snapshot (in a Dask task, or here) and return its rows."""
     con = snapshot_connection(share)
     try:
-        relation = con.sql(sql, params=dict(params)) if params else con.sql(sql)
-        return relation.to_arrow_table()
+        return query(con, sql, params).to_arrow_table()
     finally:
         con.close()

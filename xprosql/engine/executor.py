@@ -32,8 +32,8 @@ import duckdb
 import pyarrow as pa
 
 from xprosql._duckdb import connect
-from xprosql.engine.connection import connect_views, run_on_share, snapshot_connection
-from xprosql.engine.library import Library, library, placeholders
+from xprosql.engine.connection import connect_views, query, run_on_share, snapshot_connection
+from xprosql.engine.library import Library, library, used_parameters
 from xprosql.engine.result import Result
 from xprosql.errors import ParameterError, QueryError
 from xprosql.models.tables import PACK_DERIVED_TABLES, TABLES
@@ -76,12 +76,6 @@ class LocalBackend:
 def scans_events(sql: str) -> bool:
     """True when ``sql`` reads the events table (the analyses whose memory grows with events)."""
     return bool(_EVENTS.search(sql))
-
-
-def _used(sql: str, params: Mapping[str, Any]) -> dict[str, Any]:
-    """The parameters ``sql`` refers to (DuckDB refuses values for placeholders a text lacks)."""
-    names = placeholders(sql)
-    return {k: v for k, v in params.items() if k in names}
 
 
 def _final_order(sql: str, params: Mapping[str, Any]) -> tuple[str, int | None]:
@@ -135,10 +129,7 @@ def derive_stored_table(table: str, snapshot: Snapshot) -> pa.Table:
 
     Compaction's callback (``Warehouse.compact(derive=...)``): storage never runs analyses itself.
     """
-    lib = library()
-    module_id = PACK_DERIVED_TABLES[table]
-    text = lib.text(module_id)
-    return run_on_share(snapshot, text, _used(text, lib.bind(module_id, {})))
+    return run_on_share(snapshot, *library().runnable(PACK_DERIVED_TABLES[table]))
 
 
 class Engine:
@@ -171,10 +162,10 @@ class Engine:
             self._connection.close()
             self._connection = None
 
-    def sql(self, query: str, params: Mapping[str, Any] | Sequence[Any] | None = None) -> Result:
+    def sql(self, sql: str, params: Mapping[str, Any] | Sequence[Any] | None = None) -> Result:
         """DuckDB SQL over every table of the snapshot; ``params`` binds ``$name`` or ``?`` placeholders."""
         try:
-            relation = self.connection.sql(query, params=params) if params else self.connection.sql(query)
+            relation = query(self.connection, sql, params)
         except duckdb.Error as exc:
             raise QueryError(f"query failed: {exc}") from None
         if relation is None:  # a statement, not a query
@@ -245,20 +236,16 @@ class Engine:
         return Result.from_arrow(combine(parts, text, bound), description=module_id)
 
     def _map(self, snapshot: Snapshot, sql: str, bound: Mapping[str, Any], module_id: str) -> Result:
-        params = _used(sql, bound)
+        params = used_parameters(sql, bound)
         events = self._events(snapshot) if scans_events(sql) else 0
         shares = self.backend.shares(snapshot, sql, events)
         if len(shares) == 1 and isinstance(self.backend, LocalBackend):
             if shares[0] is self.snapshot:
-                return Result(self._query(self.connection, sql, params), description=module_id)
+                return Result(query(self.connection, sql, params), description=module_id)
             con = snapshot_connection(shares[0])
-            return Result(self._query(con, sql, params), connection=con, description=module_id)
+            return Result(query(con, sql, params), connection=con, description=module_id)
         parts = self.backend.run(shares, sql, params)
         return Result.from_arrow(combine(parts, sql, params), description=module_id)
-
-    @staticmethod
-    def _query(con: duckdb.DuckDBPyConnection, sql: str, params: Mapping[str, Any]) -> duckdb.DuckDBPyRelation:
-        return con.sql(sql, params=dict(params)) if params else con.sql(sql)
 
     def _events(self, snapshot: Snapshot) -> int:
         rows = self.connection.execute(
@@ -279,7 +266,7 @@ class Engine:
         text = re.sub(r"^[ \t]*--[ \t]*@include[ \t]+([A-Za-z0-9_.]+)[ \t]*$",
                       lambda m: f"SELECT * FROM {_alias(m.group(1))}", module.text, flags=re.MULTILINE)
         con = connect_views({table: snapshot.scan_sql(table) for table in TABLES}, arrow=arrow)
-        return Result(self._query(con, text, _used(text, bound)), connection=con, description=module_id)
+        return Result(query(con, text, used_parameters(text, bound)), connection=con, description=module_id)
 
 
 def _alias(module_id: str) -> str:

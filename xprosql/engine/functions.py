@@ -55,6 +55,7 @@ def _fields(data: bytes) -> list[tuple[int, int, int | bytes]]:
     """(field number, wire type, value) of a protobuf message; unknown wire types raise."""
     out: list[tuple[int, int, int | bytes]] = []
     pos = 0
+    value: int | bytes
     while pos < len(data):
         key, pos = _varint(data, pos)
         field, wire = key >> 3, key & 7
@@ -106,7 +107,7 @@ def _memory_access_udf(blobs: pa.Array | pa.ChunkedArray) -> pa.Array:
 
 def register_functions(con: duckdb.DuckDBPyConnection) -> None:
     """Add ``xprosql_memory_access`` and ``hardware_models`` to a DuckDB connection."""
-    con.create_function(
+    con.create_function(  # type: ignore[call-overload]  # duckdb's stubs know no arrow UDF
         "xprosql_memory_access", _memory_access_udf, ["BLOB"], _SQL_TYPE, type="arrow", side_effects=False
     )
     con.register("hardware_models", hardware_models_table())

@@ -37,7 +37,7 @@ from typing import Any
 
 from xprosql.errors import AnalysisError, ParameterError, UnknownAnalysisError
 
-__all__ = ["Column", "Library", "Module", "Parameter", "library", "placeholders", "sql_dir"]
+__all__ = ["Column", "Library", "Module", "Parameter", "library", "placeholders", "sql_dir", "used_parameters"]
 
 _INCLUDE = re.compile(r"^[ \t]*--[ \t]*@include[ \t]+([A-Za-z0-9_.]+)[ \t]*$", re.MULTILINE)
 _PARAMETER = re.compile(r"^\$([A-Za-z_][A-Za-z0-9_]*)\s+(\S+)\s+(.*?)\s*$")
@@ -199,6 +199,12 @@ def placeholders(text: str) -> set[str]:
             for name in _PLACEHOLDER.findall(line)}
 
 
+def used_parameters(text: str, params: Mapping[str, Any]) -> dict[str, Any]:
+    """The entries of ``params`` whose ``$name`` ``text`` uses."""
+    names = placeholders(text)
+    return {k: v for k, v in params.items() if k in names}
+
+
 def _bind_defaults(text: str, parameters: Mapping[str, Parameter]) -> str:
     """``text`` with each ``$p`` of ``parameters`` replaced by its typed default (comment lines left as they are)."""
     if not parameters:
@@ -333,6 +339,18 @@ class Library:
             return _bind_defaults(body, hidden).rstrip().rstrip(";")
 
         return _INCLUDE.sub(include, self.modules[module_id].text)
+
+    def runnable(self, module_id: str, given: Mapping[str, Any] | None = None) -> tuple[str, dict[str, Any]]:
+        """``module_id``'s SQL and the values of the placeholders it uses (``given`` over the defaults):
+        what to hand DuckDB, which refuses values for placeholders a text lacks.
+
+        Example:
+            >>> text, params = library().runnable("ops.roofline", {"top": 5})
+            >>> params["top"], params["peak_source"]
+            (5, 'user')
+        """
+        text = self.text(module_id)
+        return text, used_parameters(text, self.bind(module_id, given or {}))
 
     def bind(self, module_id: str, given: Mapping[str, Any]) -> dict[str, Any]:
         """``given`` completed with the declared defaults; unknown or missing parameters raise ParameterError."""

@@ -19,7 +19,7 @@ import pyarrow as pa
 from xprosql.errors import QueryError, XprosqlError
 
 if TYPE_CHECKING:
-    import polars as pl
+    import polars
 
 __all__ = ["Result"]
 
@@ -85,12 +85,12 @@ class Result:
                 raise QueryError(f"{self._description}: {exc}") from None
         return self._table
 
-    def pl(self) -> pl.DataFrame:
-        import polars as pl
+    def pl(self) -> polars.DataFrame:
+        import polars
 
-        return pl.from_arrow(self.arrow())  # type: ignore[return-value]
+        return polars.from_arrow(self.arrow())  # type: ignore[return-value]
 
-    def lazy(self) -> pl.LazyFrame:
+    def lazy(self) -> polars.LazyFrame:
         return self.pl().lazy()
 
     def df(self) -> Any:

@@ -49,15 +49,15 @@ from xprosql.models.tables import TABLES
 from xprosql.warehouse import AUTO_COMPACT_MIN_PROFILES, CompactReport, Warehouse
 
 __all__ = [
-    "ingest",
-    "IngestReport",
+    "METADATA_FILE",
     "IngestInterrupted",
+    "IngestReport",
     "ProfileIngested",
     "find_profiles",
+    "ingest",
     "profile_id_of",
     "read_metadata_file",
     "tags_for",
-    "METADATA_FILE",
 ]
 
 # Per-directory metadata: {"tags": {"job": "bert", "commit": "3f2a..."}}; inherited by subdirectories.

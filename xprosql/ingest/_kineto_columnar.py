@@ -15,11 +15,12 @@ gives the same tables for regular traces and decides everything for the rest.
 
 from __future__ import annotations
 
+import io
 import itertools
 from collections import Counter
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Any, BinaryIO
+from typing import Any
 
 import msgspec
 import numpy as np
@@ -113,7 +114,7 @@ def _scan(data: bytes) -> tuple[dict[str, Any], tuple[Any, ...]]:
             raise ValueError("traceEvents does not end")
 
 
-def _read(text: BinaryIO, buf: np.ndarray, n: int) -> tuple[np.ndarray, int]:
+def _read(text: io.BufferedIOBase, buf: np.ndarray, n: int) -> tuple[np.ndarray, int]:
     """Read a piece into buf after its first n bytes (made larger if they fill it): (buf, bytes read).
 
     The piece is as long as those n bytes if they are longer (an event bigger than a piece, scanned again
@@ -124,10 +125,10 @@ def _read(text: BinaryIO, buf: np.ndarray, n: int) -> tuple[np.ndarray, int]:
         bigger[:n] = buf[:n]
         buf = bigger
     with _gzip_errors():
-        return buf, text.readinto(memoryview(buf)[n:n + size])
+        return buf, text.readinto(memoryview(buf)[n:n + size])  # type: ignore[arg-type]
 
 
-def _read_rest(text: BinaryIO) -> bytes:
+def _read_rest(text: io.BufferedIOBase) -> bytes:
     with _gzip_errors():
         return text.read()
 
@@ -184,7 +185,7 @@ def _top_level(before: dict[str, msgspec.Raw] | None, tail: bytes) -> dict[str, 
 def _check(text: bytes | np.ndarray, decoder: msgspec.json.Decoder = _RAW) -> Any:
     """``decoder.decode(text)``: msgspec validates the JSON; ValueError if it is not valid."""
     try:
-        return decoder.decode(text)
+        return decoder.decode(text)  # type: ignore[arg-type]
     except msgspec.DecodeError as exc:
         raise ValueError(str(exc)) from None
 

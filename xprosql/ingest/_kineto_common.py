@@ -14,16 +14,16 @@ import zlib
 from collections import Counter
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
-from typing import Any, BinaryIO
+from typing import Any, cast
 
 import msgspec
 import numpy as np
 import pyarrow as pa
 from isal import igzip, isal_zlib
 
-from xprosql.models.recording import PM_SAMPLING_CATEGORY, RECORDER_KEY
 from xprosql.errors import IngestError
 from xprosql.models import hardware
+from xprosql.models.recording import PM_SAMPLING_CATEGORY, RECORDER_KEY
 from xprosql.models.tables import TABLES
 
 # Categories whose pid is a GPU (Kineto writes device activity with pid = device index).
@@ -34,7 +34,8 @@ _COPY_NAME = re.compile(r"^Mem(cpy|set)\s*(\w+)?\s*(?:\((\w+)(?:\s*->\s*(\w+))?\
 _INT64_MAX = 2**63 - 1
 TOP_FIELDS = msgspec.json.Decoder(dict[str, msgspec.Raw])
 _GZIP_MAGIC = b"\x1f\x8b"
-GZIP_ERRORS = (EOFError, OSError, zlib.error, isal_zlib.error)  # of a truncated or corrupt gzip stream
+# of a truncated or corrupt gzip stream; isal's stub types its error as an instance, not a class
+GZIP_ERRORS = (EOFError, OSError, zlib.error, cast("type[Exception]", isal_zlib.error))
 
 
 def split(data: bytes, source: str) -> tuple[dict[str, Any], msgspec.Raw]:
@@ -58,7 +59,7 @@ def split(data: bytes, source: str) -> tuple[dict[str, Any], msgspec.Raw]:
         raise IngestError(source, f"invalid JSON (truncated or corrupt): {exc}") from None
 
 
-def text_file(data: bytes) -> BinaryIO:
+def text_file(data: bytes) -> io.BufferedIOBase:
     """The trace's text (decompressed if gzipped) as a file to read in pieces: never whole.
 
     ISA-L's gzip file is what ``split`` decompresses with, so it takes the same streams;
@@ -176,8 +177,8 @@ def process_metadata(events: Iterator[tuple[Any, Any, Any, Any]]) -> tuple[dict,
         args = args if isinstance(args, dict) else {}
         if name == "thread_name" and "name" in args:
             thread_names[(pid, tid)] = str(args["name"])
-        elif name == "thread_sort_index" and to_int(args.get("sort_index")) is not None:
-            thread_sort[(pid, tid)] = to_int(args["sort_index"])
+        elif name == "thread_sort_index" and (sort_index := to_int(args.get("sort_index"))) is not None:
+            thread_sort[(pid, tid)] = sort_index
         else:
             process_meta.setdefault(pid, []).extend((str(name), value) for value in args.values())
     return process_meta, thread_names, thread_sort
@@ -247,9 +248,10 @@ def tail(trace: Mapping[str, Any], layout_: Layout, tables: dict[str, pa.RecordB
     yield "tracks", batch("tracks", [tuple(row) for row in layout_.track_rows])
     yield from tables.items()
 
-    distributed = trace.get("distributedInfo") if isinstance(trace.get("distributedInfo"), dict) else {}
+    distributed_info = trace.get("distributedInfo")
+    distributed = distributed_info if isinstance(distributed_info, dict) else {}
     recorder = trace.get(RECORDER_KEY) if isinstance(trace.get(RECORDER_KEY), dict) else None
-    profile = {name: None for name in TABLES["profiles"].names}
+    profile: dict[str, Any] = {name: None for name in TABLES["profiles"].names}
     profile.update(
         format="cupti" if recorder else "kineto",
         host=recorder.get("host") if recorder else None,
@@ -276,6 +278,7 @@ def _device_row(device_id: int, pid: Any, *, is_gpu: bool, props: dict[str, Any]
         capability = f"{major}.{minor}" if major is not None and minor is not None else None
         model = props.get("name") if isinstance(props.get("name"), str) else None
         if model is None and capability:
+            assert major is not None and minor is not None  # capability is set only when both are
             model = hardware.gpu_model(compute_capability=(major, minor), sm_count=sms, memory_bytes=memory)
         # Kineto records no peaks: the chip table's, when it knows the board.
         chip = hardware.chip_for_model(model, memory_bytes=memory)

@@ -51,6 +51,9 @@ def decode_events(trace: dict[str, Any], events: list[Any], source: str) -> Iter
     device_of, track_of, track_rows = layout.device_of, layout.track_of, layout.track_rows
 
     # Pass 2: events and what derives from them. Event columns are built as lists, one per column.
+    ev_start: list[int]
+    st_name: list[str]
+    st_value: list[Any]
     ev_device, ev_track, ev_name, ev_start, ev_dur, ev_correlation, ev_category = [], [], [], [], [], [], []
     st_event, st_name, st_value = [], [], []
     flow_rows: list[tuple] = []
@@ -116,7 +119,7 @@ def decode_events(trace: dict[str, Any], events: list[Any], source: str) -> Iter
 
         external = common.to_int(args.get("External id"))
         if category == "cpu_op":
-            if external is not None and name is not None:
+            if external is not None and name is not None:  # noqa: SIM102 - every cpu_op continues below
                 if external not in framework_ops or dur_ps < framework_ops[external][0]:
                     framework_ops[external] = (dur_ps, name)
             continue

@@ -604,7 +604,8 @@ class Scanner:
         """
         pos, first, counts = 0, -1, self.counts
         while True:
-            status = _scan(buf, n, pos, self.after, self.kinds, self.values, self.values.view(np.float64),
+            # mypy spreads *self.args over every parameter after it
+            status = _scan(buf, n, pos, self.after, self.kinds, self.values, self.values.view(np.float64),  # type: ignore[call-arg]
                            self.arg_count, *self.args, self.args[S_A].view(np.float64), self.fixes, self.arena,
                            self.strings, self.table, counts)
             pos, self.after = int(counts[C_RESUME]), bool(counts[C_AFTER])
@@ -658,7 +659,7 @@ class Scanner:
         self.args[S_A].view(np.float64)[index[~fields]] = parsed[~fields]
         self.counts[C_FIXES] = 0
 
-    def result(self) -> tuple[np.ndarray, ...]:
+    def result(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, list[np.ndarray], np.ndarray, np.ndarray]:
         """(kinds, values, arg_count, args (the S_* columns), arena, strings): views of the filled part."""
         c = self.counts
         e, s = c[C_EVENTS], c[C_STATS]

@@ -149,6 +149,7 @@ class Promoted:
     def at(self, rows: np.ndarray, md_row: np.ndarray) -> Column:
         """Values at ``rows`` (ascending), whose metadata rows are ``md_row``."""
         out = self.default.take(md_row)
+        assert out.valid is not None and self.values.valid is not None  # a Promoted's valid is never None
         if len(self.rows) and len(rows):
             at = np.minimum(np.searchsorted(self.rows, rows), len(self.rows) - 1)
             hit = np.flatnonzero(self.rows[at] == rows)
@@ -158,11 +159,13 @@ class Promoted:
 
     def batch(self, first: int, md_row: np.ndarray) -> Column:
         """Values at rows ``first .. first + len(md_row)`` (after :meth:`ranked`: output positions)."""
+        assert self.default.valid is not None and self.values.valid is not None  # never None in a Promoted
         if not self.default.valid.any():  # no metadata has this stat: no defaults to gather
             out = Column(np.zeros(len(md_row), dtype=self.default.values.dtype), np.zeros(len(md_row), dtype=bool),
                          self.default.dictionary)
         else:
             out = self.default.take(md_row)
+        assert out.valid is not None
         lo, hi = np.searchsorted(self.rows, [first, first + len(md_row)])
         out.values[self.rows[lo:hi] - first] = self.values.values[lo:hi]
         out.valid[self.rows[lo:hi] - first] = self.values.valid[lo:hi]
@@ -197,6 +200,7 @@ class Promoted:
 
     def valid(self, md_row: np.ndarray) -> np.ndarray:
         """Whether each event (``md_row``: all events' metadata rows) has a value."""
+        assert self.default.valid is not None  # never None in a Promoted
         valid = self.default.valid[md_row]
         valid[self.rows] = self.values.valid
         return valid

@@ -16,7 +16,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-__all__ = ["layout", "fill", "text", "text_size", "LAYOUT_FIELDS"]
+__all__ = ["LAYOUT_FIELDS", "fill", "layout", "text", "text_size"]
 _BAD = np.int64(1) << np.int64(62)  # past any message end: where a malformed read leaves the position
 
 

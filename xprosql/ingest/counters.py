@@ -48,8 +48,8 @@ from xprosql.protos import xplane_pb2
 __all__ = [
     "COUNTER_LINE",
     "UNREADABLE",
-    "counter_names",
     "chip_generation",
+    "counter_names",
     "has_counters",
     "xspace_counter_rows",
 ]
@@ -92,7 +92,7 @@ def chip_generation(device_type: str | None) -> str | None:
     return None
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def counter_names(generation: str) -> dict[int, str]:
     """Counter id -> lowercased name from the xprof wheel's ``tpu_counter_ids_<generation>.h``; empty without xprof.
 

@@ -13,12 +13,12 @@ from collections.abc import Iterator
 
 import pyarrow as pa
 
-from xprosql.engine.connection import connect_views
-from xprosql.engine.library import library, placeholders
+from xprosql.engine.connection import connect_views, query
+from xprosql.engine.library import library
 from xprosql.models.tables import INGEST_DERIVED_TABLES, TABLES
 from xprosql.warehouse import StagedProfile
 
-__all__ = ["derive_tables", "DecodedTables", "DERIVE_MEMORY_LIMIT"]
+__all__ = ["DERIVE_MEMORY_LIMIT", "DecodedTables", "derive_tables"]
 
 # DuckDB's memory limit while deriving: what does not fit spills to the staging directory, deleted with it, so a
 # profile of tens of millions of events ingests in a few GB.
@@ -76,9 +76,8 @@ def derive_tables(staged: StagedProfile, decoded: DecodedTables | None = None) -
     lib = library()
     try:
         for name, module_id in INGEST_DERIVED_TABLES.items():
-            text = lib.text(module_id)
-            params = {k: v for k, v in lib.bind(module_id, {}).items() if k in placeholders(text)}
-            rows = (con.sql(text, params=params) if params else con.sql(text)).to_arrow_table()
+            text, params = lib.runnable(module_id)
+            rows = query(con, text, params).to_arrow_table()
             yield name, rows.drop_columns(["profile_id"]).cast(TABLES[name])
     finally:
         con.close()

@@ -19,9 +19,10 @@ Example:
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any
+from functools import partial
+from typing import Any, cast
 
 import numpy as np
 import polars as pl
@@ -37,7 +38,7 @@ from xprosql.models import hardware
 from xprosql.models.tables import TABLES
 from xprosql.protos import xplane_pb2
 
-__all__ = ["decode_xspace", "PROMOTED_STATS"]
+__all__ = ["PROMOTED_STATS", "decode_xspace"]
 
 # stat name -> (events column, target type). A value that does not convert to
 # the target stays in event_stats, so nothing is lost.
@@ -138,7 +139,7 @@ def _metadata_stats(planes: list[xplane_pb2.XPlane]) -> pl.DataFrame:
 
     def add(plane_index: int, metadata_id: int | None, stat: xplane_pb2.XStat) -> None:
         which = stat.WhichOneof("value")
-        value = getattr(stat, which) if which else None
+        value: Any = getattr(stat, which) if which else None  # float, int, str or bytes; None: unset
         kind = {"double_value": 2, "uint64_value": 3, "int64_value": 4, "str_value": 5,
                 "bytes_value": 6, "ref_value": 7}.get(which, 0)
         rows["metadata_id"].append(metadata_id)
@@ -378,7 +379,7 @@ def _decode(raw: RawSpace, *, source: str, batch_rows: int) -> Iterator[tuple[st
     producer = next((f"jax {values['jax_version']}" for values in map(_plane_stat_values, planes)
                      if isinstance(values.get("jax_version"), str)), None)
     task = next((_plane_stat_values(p) for p in planes if p.name == "Task Environment"), {})
-    profile = {name: None for name in TABLES["profiles"].names}
+    profile: dict[str, Any] = {name: None for name in TABLES["profiles"].names}
     profile.update(
         host=raw.hostnames[0] if raw.hostnames else None,
         format="xspace",
@@ -530,9 +531,13 @@ class _Events:
         md_defaults, modules = lookups.md_defaults, lookups.modules
         on_module_line = np.append((lookups.lines["line_name"] == "XLA Modules").fill_null(False).to_numpy(), False)
         rows = np.flatnonzero(on_module_line[self.line_of_event])
-        rows = rows[~program.at(rows, self.md_row[rows]).valid]  # events named like jit_f(1234), no program_id stat
+        has_program = program.at(rows, self.md_row[rows]).valid
+        assert has_program is not None  # a Promoted's valid is never None
+        rows = rows[~has_program]  # events named like jit_f(1234), no program_id stat
         name_module = _with_null_row(md_defaults["name_module"].cast(pl.String), self.md_row[rows])
-        fill = ~module.at(rows, self.md_row[rows]).valid & name_module.is_not_null().to_numpy()
+        has_module = module.at(rows, self.md_row[rows]).valid
+        assert has_module is not None
+        fill = ~has_module & name_module.is_not_null().to_numpy()
         module.set(rows[fill], name_module.filter(pl.Series(fill)))
         program.set(rows, _numbers_of(md_defaults["name_program"].cast(pl.UInt64)).take(self.md_row[rows]))
         if not modules.height:  # TPU op events carry program_id only: name the module from the embedded HLO.
@@ -551,7 +556,7 @@ class _Events:
         ``promoted``."""
         chunk, schema = self.chunk, TABLES["events"]
         line = np.take(chunk.event_line, rows)
-        build = {
+        build: dict[str, Callable[[], Column]] = {
             "event_id": lambda: Column(rows + chunk.first_event),
             "device_id": lambda: Column(self.raw.line_plane[line]),
             "track_id": lambda: Column(line),
@@ -562,13 +567,14 @@ class _Events:
             "dur_ps": lambda: Column(np.take(chunk.event_duration_ps, rows)),
             "num_occurrences": lambda: Column(np.take(chunk.event_num_occurrences, rows),
                                               np.take(chunk.event_is_aggregate, rows)),
-            **{column: (lambda column=column: promoted[column]) for column in promoted},
+            **{column: partial(promoted.__getitem__, column) for column in promoted},  # mypy types no lambda with a default
         }
         return {name: build[name]().to_arrow(schema.field(name).type) for name in names}
 
     def batches(self, batch_rows: int) -> Iterator[tuple[str, pa.RecordBatch]]:
         """The events table sorted by start time (then event id; aggregated events last), batch by batch."""
         schema, order = TABLES["events"], self.order
+        assert order is not None  # of() sets it
         rank = np.empty_like(order)
         rank[order] = np.arange(len(order))
         promoted = {column: values.ranked(rank) for column, values in self.promoted.items()}
@@ -592,7 +598,7 @@ class _Events:
         rows = np.union1d(np.flatnonzero(on_stream), correlated)
         md_row = self.md_row[rows]
         own = {column: self.promoted[column].at(rows, md_row) for column in ("correlation_id", "hlo_module", "hlo_op")}
-        frame = pl.from_arrow(pa.table(self.arrays(rows, md_row, own, _GPU_EVENT_COLUMNS)))
+        frame = cast(pl.DataFrame, pl.from_arrow(pa.table(self.arrays(rows, md_row, own, _GPU_EVENT_COLUMNS))))  # a table gives a frame
         track = self.line_of_event[rows]
         return frame.with_columns(line_name=lines["line_name"].gather(track), stream_id=stream.gather(track))
 

@@ -25,6 +25,7 @@ import mmap
 import os
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from typing import Any, cast
 
 import numpy as np
 import pyarrow as pa
@@ -33,8 +34,16 @@ from google.protobuf.message import DecodeError
 from xprosql.errors import IngestError
 from xprosql.protos import xplane_pb2
 
-__all__ = ["RawSpace", "RawEvents", "read_raw", "read_raw_python", "read_raw_fast", "fast_available", "STAT_KINDS",
-           "CHUNK_BYTES"]
+__all__ = [
+    "CHUNK_BYTES",
+    "STAT_KINDS",
+    "RawEvents",
+    "RawSpace",
+    "fast_available",
+    "read_raw",
+    "read_raw_fast",
+    "read_raw_python",
+]
 
 # XStat value field numbers; 0 = no value set.
 STAT_KINDS = {2: "double", 3: "uint64", 4: "int64", 5: "str", 6: "bytes", 7: "ref"}
@@ -147,7 +156,8 @@ def drop_pages(data: object) -> None:
     """Let the kernel take back the pages of a mapped file (``mmap``) read so far: they are in the page cache, and
     are read again from there if touched. Keeps a large file out of the process's memory. No-op for bytes."""
     advise = getattr(data, "madvise", None)
-    if advise is not None and hasattr(mmap, "MADV_DONTNEED") and not data.closed:
+    # what has madvise is an mmap
+    if advise is not None and hasattr(mmap, "MADV_DONTNEED") and not cast(mmap.mmap, data).closed:
         advise(mmap.MADV_DONTNEED)
 
 
@@ -231,7 +241,7 @@ def read_raw_python(data: bytes, *, source: str, chunk_bytes: int | None = None)
                 for stat in event.stats:
                     which = stat.WhichOneof("value")
                     kind = _ONEOF_FIELD.get(which, 0)
-                    value = getattr(stat, which) if which else None
+                    value: Any = getattr(stat, which) if which else None  # float, int, str or bytes; None: unset
                     if kind in (3, 4, 7):
                         stat_rows.append((stat.metadata_id, kind, int(np.uint64(value).view(np.int64)) if kind == 3 else value, 0.0))
                     elif kind == 2:

@@ -33,8 +33,8 @@ import pyarrow as pa
 
 __all__ = [
     "CHIPS",
-    "Chip",
     "FP32_LANES_PER_SM",
+    "Chip",
     "chip_for_model",
     "gpu_model",
     "gpu_peak_flops_per_s",

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import pyarrow as pa
 
-__all__ = ["TABLES", "INGEST_DERIVED_TABLES", "PACK_DERIVED_TABLES", "table_schema", "column_unit", "tables_markdown", "PARTITION_COLUMN"]
+__all__ = ["INGEST_DERIVED_TABLES", "PACK_DERIVED_TABLES", "PARTITION_COLUMN", "TABLES", "column_unit", "table_schema", "tables_markdown"]
 
 PARTITION_COLUMN = "profile_id"
 

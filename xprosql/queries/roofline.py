@@ -18,17 +18,19 @@ from __future__ import annotations
 
 import math
 import os
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
 import polars as pl
 
 from xprosql.engine import Engine, Result
+from xprosql.engine.connection import connect_views, query
 from xprosql.engine.functions import decode_memory_access_breakdown
-from xprosql.models.hardware import chip_for_model
+from xprosql.engine.library import library
 from xprosql.queries._params import Profiles, given
 
-__all__ = ["memory_bound", "plot_roofline", "roofline", "roofline_polars", "ROOFLINE_KEYS"]
+__all__ = ["ROOFLINE_KEYS", "memory_bound", "plot_roofline", "roofline", "roofline_polars"]
 
 # A roofline row is identified by these columns.
 ROOFLINE_KEYS = ["row_kind", "profile_id", "device_kind", "program_id", "op"]
@@ -125,24 +127,33 @@ def _breakdown_frame(rows: list[tuple[Any, ...]], keys: list[str]) -> pl.DataFra
 
 
 def roofline_polars(
-    engine: Engine,
+    tables: Callable[[str], pl.LazyFrame] | Mapping[str, pl.LazyFrame],
     *,
-    profiles: Profiles = None,
     top: int | None = None,
     peak_flops_per_s: float | None = None,
     peak_hbm_bytes_per_s: float | None = None,
-    peak_source: str = "user",
-) -> pl.DataFrame:
-    """The roofline of :func:`roofline`, computed with Polars instead of DuckDB (same rows and columns).
+    peak_source: str | None = None,
+) -> pl.LazyFrame:
+    """The roofline of :func:`roofline` computed with Polars, for a Polars pipeline: LazyFrames of the
+    warehouse tables in (``run.table``, or a mapping of table name to frame), the roofline's rows out.
+
+    The same rows and columns as the SQL, whose definitions it shares: the peaks (FLOP/s, bytes/s) come
+    from ``sql/ops/_peaks.sql`` run over the given frames, and options left None take the SQL's declared
+    defaults. ``top``: op rows kept per (profile, device kind), by self time.
 
     Example:
-        >>> roofline_polars(run.engine).filter(pl.col("row_kind") == "profile")   # doctest: +SKIP
+        >>> roofline_polars(run.table).filter(pl.col("row_kind") == "profile").collect()   # doctest: +SKIP
+        >>> frames = {name: run.table(name).filter(pl.col("profile_id") == pid) for name in run.tables}  # doctest: +SKIP
+        >>> roofline_polars(frames, top=10).collect()                                     # doctest: +SKIP
     """
-    wanted = None if profiles is None else list(engine.restricted(profiles).profile_ids)
+    source = tables.__getitem__ if isinstance(tables, Mapping) else tables
+    options = library().bind("ops.roofline", given(
+        top=top, peak_flops_per_s=_float(peak_flops_per_s), peak_hbm_bytes_per_s=_float(peak_hbm_bytes_per_s),
+        peak_source=peak_source))
+    top = options["top"]
 
     def table(name: str) -> pl.LazyFrame:
-        frame = _strings(engine.table(name))
-        return frame if wanted is None else frame.filter(pl.col("profile_id").is_in(wanted))
+        return _strings(source(name))
 
     devices = table("devices")
     accelerated = devices.filter(pl.col("kind").is_in(["tpu", "gpu"])).select("profile_id").unique().collect()["profile_id"].to_list()
@@ -359,7 +370,7 @@ def roofline_polars(
     ]
     rows = pl.concat([op_rows.select(row_columns), totals.select(row_columns)], how="vertical_relaxed")
 
-    peaks = _peaks_polars(table, op_events, peak_flops_per_s, peak_hbm_bytes_per_s, peak_source)
+    peaks = _peaks(table, op_events, options)
 
     seconds = lambda column: pl.when(pl.col(column) != 0).then(pl.col(column)).otherwise(None) * 1e-12  # noqa: E731
     out = (
@@ -383,7 +394,7 @@ def roofline_polars(
                     "vmem_read_utilization", "vmem_write_utilization"]
     labels = ["compute", "HBM", "CMEM read", "CMEM write", "VMEM read", "VMEM write"]
     out = out.with_columns(pl.max_horizontal([pl.col(c).fill_null(0) for c in utilizations]).alias("max_utilization"))
-    bound = pl.when(pl.col("max_utilization") <= 0).then(pl.lit("unknown"))
+    bound: Any = pl.when(pl.col("max_utilization") <= 0).then(pl.lit("unknown"))
     for column, label in zip(utilizations, labels):
         bound = bound.when(pl.col(column) == pl.col("max_utilization")).then(pl.lit(label))
     out = out.with_columns(
@@ -407,70 +418,27 @@ def roofline_polars(
     ]
     order = pl.col("row_kind").replace_strict({"profile": 0, "program": 1, "op": 2}, return_dtype=pl.Int8)
     return (
-        out.with_columns(order.alias("_order"))
+        out.lazy().with_columns(order.alias("_order"))
         .sort(["profile_id", "device_kind", "_order", "self_time_ps", "program_id", "op"],
               descending=[False, False, False, True, False, False], nulls_last=True)
         .select(columns)
     )
 
 
-def _peaks_polars(table: Any, op_events: pl.DataFrame, peak_flops_per_s: float | None,
-                  peak_hbm_bytes_per_s: float | None, peak_source: str) -> pl.DataFrame:
-    stats = {
-        "peak_vmem_rd_bw_gigabytes_per_second": "peak_vmem_read",
-        "peak_vmem_wr_bw_gigabytes_per_second": "peak_vmem_write",
-        "peak_cmem_rd_bw_gigabytes_per_second": "peak_cmem_read",
-        "peak_cmem_wr_bw_gigabytes_per_second": "peak_cmem_write",
+def _peaks(table: Callable[[str], pl.LazyFrame], op_events: pl.DataFrame, options: Mapping[str, Any]) -> pl.DataFrame:
+    """The roofs per (profile, device kind) by the SQL's one definition (``sql/ops/_peaks.sql``), over the frames."""
+    frames = {
+        "devices": table("devices").collect().to_arrow(),
+        "device_stats": table("device_stats").collect().to_arrow(),
+        "op_stats": op_events.select("profile_id", "device_id").unique().to_arrow(),  # the devices that ran ops
     }
-    memory_peaks = (
-        table("device_stats").filter(pl.col("stat").is_in(list(stats)))
-        .group_by("profile_id", "device_id")
-        .agg(*[(pl.col("double_value").filter(pl.col("stat") == stat).max() * 1e9).alias(name) for stat, name in stats.items()])
-        .collect()
-    )
-    used = op_events.select("profile_id", "device_id").unique()
-    device_peaks = (
-        table("devices").collect()
-        .join(used, on=["profile_id", "device_id"])
-        .join(memory_peaks, on=["profile_id", "device_id"], how="left")
-        .with_columns(pl.when(pl.col("kind").is_in(["tpu", "gpu"])).then(pl.col("kind")).otherwise(pl.lit("cpu")).alias("device_kind"))
-        .group_by("profile_id", "device_kind")
-        .agg(
-            pl.col("model").min().alias("device_model"),
-            pl.col("memory_bytes").min().alias("memory_bytes"),
-            pl.col("peak_flops_per_s").max().alias("profile_flops"),
-            pl.when((pl.col("peak_source").fill_null("") == "profile").all()).then(pl.lit("profile"))
-            .otherwise(pl.lit("hardware_model")).alias("profile_flops_source"),
-            pl.col("peak_hbm_bytes_per_s").max().alias("profile_hbm"),
-            pl.when(pl.col("peak_source").fill_null("").is_in(["profile", "profile+hardware_model"]).all())
-            .then(pl.lit("profile")).otherwise(pl.lit("hardware_model")).alias("profile_hbm_source"),
-            *[pl.col(name).max() for name in stats.values()],
-        )
-    )
-    records = []
-    for row in device_peaks.iter_rows(named=True):
-        chip = chip_for_model(row["device_model"], memory_bytes=row["memory_bytes"])
-        if chip is not None and chip.kind != row["device_kind"]:
-            chip = None
-        flops, flops_source = peak_flops_per_s, peak_source
-        if flops is None:
-            flops, flops_source = (row["profile_flops"], row["profile_flops_source"]) if row["profile_flops"] is not None else (
-                (chip.peak_flops_per_s, "hardware_model") if chip else (None, None))
-        hbm, hbm_source = peak_hbm_bytes_per_s, peak_source
-        if hbm is None:
-            hbm, hbm_source = (row["profile_hbm"], row["profile_hbm_source"]) if row["profile_hbm"] is not None else (
-                (chip.peak_hbm_bytes_per_s, "hardware_model") if chip else (None, None))
-        records.append({
-            "profile_id": row["profile_id"], "device_kind": row["device_kind"], "device_model": row["device_model"],
-            "hardware_chip": chip.name if chip else None,
-            "peak_flops_per_s": flops, "peak_flops_source": flops_source,
-            "peak_hbm_bytes_per_s": hbm, "peak_hbm_source": hbm_source,
-            **{f"{name}_bytes_per_s": (row[name] or None) for name in stats.values()},
-        })
-    schema = {"profile_id": pl.String, "device_kind": pl.String, "device_model": pl.String, "hardware_chip": pl.String,
-              "peak_flops_per_s": pl.Float64, "peak_flops_source": pl.String, "peak_hbm_bytes_per_s": pl.Float64,
-              "peak_hbm_source": pl.String, **{f"{name}_bytes_per_s": pl.Float64 for name in stats.values()}}
-    return pl.DataFrame(records, schema=schema)
+    text, params = library().runnable("ops._peaks", {k: v for k, v in options.items() if k != "top"})
+    con = connect_views({name: f"SELECT * FROM _frame_{name}" for name in frames},
+                        arrow={f"_frame_{name}": rows for name, rows in frames.items()})
+    try:
+        return pl.DataFrame(query(con, text, params).to_arrow_table())
+    finally:
+        con.close()
 
 
 # ---------------------------------------------------------------------------
