@@ -414,7 +414,8 @@ def test_memory_bound_shares_cover_the_device_time(run: xprosql.Run) -> None:
     frame = run.memory_bound().pl()
     roof = run.roofline().pl()
     for row in frame.filter(pl.col("row_kind") == "profile").iter_rows(named=True):
-        parts = [row[c] for c in ("memory_bound_share", "compute_bound_share", "no_cost_data_share", "unknown_share", "idle_share")]
+        parts = [row[c] for c in ("memory_bound_share", "compute_bound_share", "no_cost_data_share", "unknown_share",
+                                  "collective_share", "idle_share")]
         assert math.isclose(sum(parts), 1.0, rel_tol=1e-9), row["profile_id"]
     ops = frame.filter(pl.col("row_kind") == "op").join(
         roof.filter(pl.col("row_kind") == "op"), on=["profile_id", "device_kind", "program_id", "op"], how="left", nulls_equal=True

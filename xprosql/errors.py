@@ -5,6 +5,7 @@ from __future__ import annotations
 __all__ = [
     "AnalysisError",
     "IngestError",
+    "NotApplicableWarning",
     "ParameterError",
     "QueryError",
     "UnknownAnalysisError",
@@ -50,6 +51,15 @@ class ParameterError(XprosqlError, ValueError):
 
 class QueryError(XprosqlError):
     """DuckDB refused a query: the message says which query and why."""
+
+
+class NotApplicableWarning(UserWarning):
+    """An analysis has no rows for some profiles, and says why (what those profiles lack).
+
+    Example:
+        >>> import warnings
+        >>> warnings.simplefilter("error", NotApplicableWarning)  # doctest: +SKIP
+    """
 
 
 class AnalysisError(XprosqlError):

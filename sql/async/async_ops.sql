@@ -40,6 +40,8 @@
 -- 0.14 ms on the host clock). start_ps / end_ps stay on the host clock, the
 -- timeline every other table uses.
 --
+-- Needs: async operations: TPU copy, host-offload or collective start / done pairs, GPU copies, collective kernels
+--
 -- Parameters:
 --   $hidden_coverage    DOUBLE     coverage at or above which an async op is hidden; XProf's threshold (default: 0.9)
 --   $kinds  VARCHAR[]  keep only these kinds (host_offload, copy, memcpy_HtoD, nccl_all_reduce, ...); NULL for all (default: NULL)

@@ -9,6 +9,8 @@
 --
 -- Passes: $hidden_coverage $exposed_coverage $prefer_async_line (to its includes, with their defaults and meaning)
 --
+-- Needs: async operations: TPU copy, host-offload or collective start / done pairs, GPU copies, collective kernels
+--
 -- Columns:
 --   profile_id  VARCHAR  profile (profiles.profile_id)
 --   device_kind  VARCHAR  tpu or gpu

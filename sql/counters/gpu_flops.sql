@@ -6,6 +6,8 @@
 -- (thread-level instructions with the predicate on, so each counts once per
 -- thread that executed it). A range without any of these counters has no row.
 --
+-- Needs: CUPTI SASS FLOP counters (Kineto cuda_profiler_range events)
+--
 -- Parameters:
 --
 -- Columns:

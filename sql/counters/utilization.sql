@@ -16,6 +16,8 @@
 -- device_id and kernel NULL, per profile over all chips (pooled the same way: the
 -- row to set beside the roofline's per-profile TPU estimates).
 --
+-- Needs: TPU performance-counter samples (XSpace perf_counters lines: TPU v6e, v7x)
+--
 -- Columns:
 --   profile_id  VARCHAR  profile (profiles.profile_id)
 --   device_id  INTEGER  devices.device_id of the chip's plane; NULL on profile rows

@@ -8,6 +8,8 @@
 -- metric) over all samples of the chip: the number XProf's tool reports for
 -- the whole capture.
 --
+-- Needs: TPU performance-counter samples (XSpace perf_counters lines: TPU v6e, v7x)
+--
 -- Columns:
 --   profile_id  VARCHAR  profile (profiles.profile_id)
 --   device_id  INTEGER  devices.device_id of the chip's plane

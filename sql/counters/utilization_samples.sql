@@ -32,6 +32,8 @@
 -- counter (XProf writes them with peak 0); v7x ICI rows appear once per
 -- sample (XProf repeats them per die: the same ratios).
 --
+-- Needs: TPU performance-counter samples (XSpace perf_counters lines: TPU v6e, v7x)
+--
 -- Parameters:
 --
 -- Columns:

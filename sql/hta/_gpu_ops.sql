@@ -8,10 +8,12 @@
 -- started before the last ProfilerStep began (before it ended with
 -- $include_last_step); with fewer annotations it keeps every op.
 --
--- Kinds (HTA's rules, docs/reference.md, HTA): COMMUNICATION names match
--- ^nccl|ncclKernel|^hccl; MEMORY ^(hip)?Memcpy|^(hip)?Memset|^dma; COMPUTATION
--- the rest, except names HTA also keeps out of compute (any Memcpy or Sync in
--- the name, a leading Memset), which are OTHER.
+-- Kinds (HTA's rules, docs/reference.md, HTA): COMMUNICATION the collective
+-- kernels (xprosql_collective: HTA's ^nccl|ncclKernel|^hccl, and also RCCL's
+-- rccl* kernels, which HTA counts as computation); MEMORY
+-- ^(hip)?Memcpy|^(hip)?Memset|^dma; COMPUTATION the rest, except names HTA
+-- also keeps out of compute (any Memcpy or Sync in the name, a leading
+-- Memset), which are OTHER.
 --
 -- HTA rounds every event to whole microseconds (start up, end down; PyTorch
 -- PR 122425). $us_rounding true does the same, for like-for-like comparisons;
@@ -99,9 +101,9 @@ timed AS (
 SELECT
     profile_id, rank, device_id, stream_id, event_id, correlation_id, name, op_kind,
     CASE
-        WHEN regexp_matches(name, '^nccl|ncclKernel|^hccl') THEN 'COMMUNICATION'
+        WHEN xprosql_collective(name, NULL) IS NOT NULL THEN 'COMMUNICATION'
         WHEN regexp_matches(name, '^(hip)?Memcpy|^(hip)?Memset|^dma') THEN 'MEMORY'
-        WHEN NOT regexp_matches(name, '^(nccl.*Kernel|.*Memcpy|Memset|.*Sync)') THEN 'COMPUTATION'
+        WHEN NOT regexp_matches(name, '^(.*Memcpy|Memset|.*Sync)') THEN 'COMPUTATION'
         ELSE 'OTHER'
     END AS kernel_type,
     r_start_ps AS start_ps, r_end_ps AS end_ps, r_end_ps - r_start_ps AS dur_ps,

@@ -9,6 +9,8 @@
 --
 -- Passes: $include_last_step $us_rounding (to its includes, with their defaults and meaning)
 --
+-- Needs: GPU kernels or copies on streams (a Kineto GPU trace, an XSpace GPU plane)
+--
 -- Columns:
 --   profile_id  VARCHAR  profile (profiles.profile_id)
 --   rank  BIGINT  distributed rank (profiles.rank)

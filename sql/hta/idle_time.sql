@@ -10,6 +10,8 @@
 -- compared with its microsecond times: 30 us. Every category gets a row per
 -- stream, 0 when no gap has it.
 --
+-- Needs: GPU kernels or copies on streams (a Kineto GPU trace, an XSpace GPU plane)
+--
 -- Parameters:
 --   $kernel_wait_ps  BIGINT  gaps shorter than this (and not host waits) are kernel waits, ps; HTA's 30 us (default: 30000000)
 --

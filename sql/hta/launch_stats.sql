@@ -7,6 +7,8 @@
 -- cudaMemcpyAsync and cudaMemsetAsync with $include_memory_events (HTA's
 -- list). Launch delay = op start - (call start + call duration), at least 0.
 --
+-- Needs: GPU kernels or copies whose launching CUDA / HIP call is in the trace
+--
 -- Parameters:
 --   $include_memory_events  BOOLEAN  count copies and memsets launched by cudaMemcpyAsync / cudaMemsetAsync (default: true)
 --   $runtime_cutoff_ps      BIGINT   a call longer than this is a runtime outlier, ps; HTA's 50 us (default: 50000000)

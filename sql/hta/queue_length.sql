@@ -9,6 +9,8 @@
 --
 -- Passes: $include_last_step $us_rounding (to its includes, with their defaults and meaning)
 --
+-- Needs: GPU kernels or copies whose launching CUDA / HIP call is in the trace
+--
 -- Columns:
 --   profile_id  VARCHAR  profile (profiles.profile_id)
 --   rank  BIGINT  distributed rank (profiles.rank)

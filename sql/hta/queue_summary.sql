@@ -5,6 +5,8 @@
 -- A CUDA stream queues at most 1024 launches (HTA's CUDA_MAX_LAUNCH_QUEUE_PER_STREAM);
 -- at that length the next launch call blocks the CPU.
 --
+-- Needs: GPU kernels or copies whose launching CUDA / HIP call is in the trace
+--
 -- Parameters:
 --   $max_queue_length  BIGINT  queue length at which the stream counts as full (default: 1024)
 --

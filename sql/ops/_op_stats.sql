@@ -15,6 +15,11 @@
 -- memory_access_breakdown stat, decoded by the SQL function
 -- xprosql_memory_access(BLOB) that xprosql registers.
 --
+-- A host plane can run several XLA devices (JAX on CPU with
+-- --xla_force_host_platform_device_count): its ops carry a device_ordinal stat,
+-- and each XLA device counts as a device of its own in xla_devices and
+-- device_time_ps, so per-device shares stay within the device's time.
+--
 -- The bytes of an async pair (`<base>-start[.N]` .. `<base>-done[.N]`, e.g.
 -- copy-start / copy-done; send and recv start without a suffix) move during the
 -- window from the start op's start to the done op's end (async_window_ps).
@@ -43,8 +48,10 @@
 --   vmem_write_bytes  DOUBLE  VMEM bytes written (memory space 3, operation 2)
 --   cmem_read_bytes  DOUBLE  CMEM bytes read (memory space 2, operation 1)
 --   cmem_write_bytes  DOUBLE  CMEM bytes written (memory space 2, operation 2)
+--   xla_devices  BIGINT  XLA devices of this plane the op ran on: 1, or on a host plane running several, the device_ordinal values of its events
 --   device_start_ps  BIGINT  the device's first op start (the same on every row of the device), ps
 --   device_end_ps  BIGINT  the device's last op end, ps
+--   device_time_ps  BIGINT  the device's time: first op start to last op end of each of its XLA devices, summed (the same on every row of the device), ps
 WITH accelerated AS (
     SELECT DISTINCT profile_id FROM devices WHERE kind IN ('tpu', 'gpu')
 ),
@@ -63,6 +70,12 @@ op_lines AS (
          OR (d.kind IN ('host', 'cpu') AND t.profile_id NOT IN (SELECT profile_id FROM accelerated))
       )
 ),
+-- The XLA device of each op on a host plane (ops of accelerators have none).
+ordinals AS (
+    SELECT profile_id, event_id, coalesce(int_value, CAST(uint_value AS BIGINT)) AS xla_device
+    FROM event_stats
+    WHERE stat = 'device_ordinal'
+),
 op_events AS MATERIALIZED (
     SELECT
         e.profile_id,
@@ -80,9 +93,11 @@ op_events AS MATERIALIZED (
         coalesce(e.device_offset_ps, e.start_ps) AS start_ps,
         coalesce(e.device_duration_ps, e.dur_ps) AS dur_ps,
         e.flops,
-        e.bytes_accessed
+        e.bytes_accessed,
+        CASE WHEN l.kind NOT IN ('tpu', 'gpu') THEN x.xla_device END AS xla_device
     FROM events AS e
     JOIN op_lines AS l USING (profile_id, device_id, track_id)
+    LEFT JOIN ordinals AS x USING (profile_id, event_id)
     WHERE CASE l.kind
               WHEN 'tpu' THEN true
               WHEN 'gpu' THEN coalesce(e.category, '') <> 'gpu_user_annotation'
@@ -260,17 +275,25 @@ per_device AS (
         CAST(sum(vmem_read_each * occurrences) AS DOUBLE) AS vmem_read_bytes,
         CAST(sum(vmem_write_each * occurrences) AS DOUBLE) AS vmem_write_bytes,
         CAST(sum(cmem_read_each * occurrences) AS DOUBLE) AS cmem_read_bytes,
-        CAST(sum(cmem_write_each * occurrences) AS DOUBLE) AS cmem_write_bytes
+        CAST(sum(cmem_write_each * occurrences) AS DOUBLE) AS cmem_write_bytes,
+        CAST(greatest(count(DISTINCT xla_device), 1) AS BIGINT) AS xla_devices
     FROM costed
     GROUP BY profile_id, device_id, device_kind, program_id, op
 ),
-device_spans AS (
-    SELECT profile_id, device_id, min(start_ps) AS device_start_ps, max(start_ps + dur_ps) AS device_end_ps
+xla_device_spans AS (
+    SELECT profile_id, device_id, xla_device, min(start_ps) AS start_ps, max(start_ps + dur_ps) AS end_ps
     FROM op_events
     WHERE start_ps IS NOT NULL
     GROUP BY ALL
+),
+device_spans AS (
+    SELECT
+        profile_id, device_id, min(start_ps) AS device_start_ps, max(end_ps) AS device_end_ps,
+        CAST(sum(end_ps - start_ps) AS BIGINT) AS device_time_ps
+    FROM xla_device_spans
+    GROUP BY ALL
 )
-SELECT o.*, s.device_start_ps, s.device_end_ps
+SELECT o.*, s.device_start_ps, s.device_end_ps, s.device_time_ps
 FROM per_device AS o
 LEFT JOIN device_spans AS s USING (profile_id, device_id)
 ORDER BY profile_id, device_id, self_time_ps DESC, program_id, op

@@ -5,8 +5,12 @@
 -- is compute-bound when compute is its most utilized resource, memory-bound
 -- when a memory is (equivalently: its operational intensity for that memory is
 -- left of the memory's ridge point). Ops without cost data, and ops on devices
--- whose peaks are unknown (CPU without $peak_* parameters), are kept apart.
+-- whose peaks are unknown (CPU without $peak_* parameters), are kept apart, and
+-- so are collectives (xprosql_collective: on every backend): their time is
+-- communication, neither compute- nor memory-bound, whatever their bytes.
 -- Roofline's $top stays NULL (it is not passed): the shares are over every op.
+--
+-- Needs: ops: TPU XLA Ops, GPU kernels, or XLA ops on a host without accelerators
 --
 -- Parameters:
 --   $high_utilization  DOUBLE  a profile whose HBM (compute) utilization is above this ... (default: 0.7)
@@ -23,7 +27,7 @@
 --   module  VARCHAR  HLO module of the op
 --   op  VARCHAR  HLO op or kernel name; NULL on profile rows
 --   category  VARCHAR  HLO category of the op
---   classification  VARCHAR  op: compute-bound, memory-bound, no cost data, or unknown (peaks unknown, or no FLOPs and no bytes); profile: the XProf-style verdict compute-bound / memory-bound from the utilization thresholds, else balanced, or unknown without peaks
+--   classification  VARCHAR  op: collective, compute-bound, memory-bound, no cost data, or unknown (peaks unknown, or no FLOPs and no bytes); profile: the XProf-style verdict compute-bound / memory-bound from the utilization thresholds, else balanced, or unknown without peaks
 --   bound_by  VARCHAR  roofline.bound_by: compute, HBM, VMEM read, ... or unknown
 --   self_time_ps  BIGINT  op: self time; profile: summed self time of all ops (busy time), ps
 --   device_time_ps  BIGINT  the profile's device time on this device kind (roofline.device_time_ps), ps
@@ -36,6 +40,7 @@
 --   compute_bound_share  DOUBLE  profile: share of device time in compute-bound ops
 --   no_cost_data_share  DOUBLE  profile: share of device time in ops without cost data
 --   unknown_share  DOUBLE  profile: share of device time in ops with cost data that cannot be placed (unknown peaks)
+--   collective_share  DOUBLE  profile: share of device time in collectives
 --   idle_share  DOUBLE  profile: share of device time with no op running
 WITH roofline AS (
 -- @include ops.roofline
@@ -44,6 +49,7 @@ classified AS (
     SELECT
         *,
         CASE
+            WHEN xprosql_collective(op, category) IS NOT NULL THEN 'collective'
             WHEN cost_source IS NULL THEN 'no cost data'
             WHEN bound_by = 'compute' THEN 'compute-bound'
             WHEN bound_by IN ('HBM', 'VMEM read', 'VMEM write', 'CMEM read', 'CMEM write') THEN 'memory-bound'
@@ -61,7 +67,8 @@ shares AS (
         sum(self_time_ps) FILTER (WHERE classification = 'memory-bound') AS memory_ps,
         sum(self_time_ps) FILTER (WHERE classification = 'compute-bound') AS compute_ps,
         sum(self_time_ps) FILTER (WHERE classification = 'no cost data') AS no_cost_ps,
-        sum(self_time_ps) FILTER (WHERE classification = 'unknown') AS unknown_ps
+        sum(self_time_ps) FILTER (WHERE classification = 'unknown') AS unknown_ps,
+        sum(self_time_ps) FILTER (WHERE classification = 'collective') AS collective_ps
     FROM classified
     GROUP BY ALL
 )
@@ -70,7 +77,8 @@ SELECT
     self_time_ps, device_time_ps, self_time_share AS time_share, operational_intensity, ridge_point,
     flop_utilization, hbm_utilization,
     CAST(NULL AS DOUBLE) AS memory_bound_share, CAST(NULL AS DOUBLE) AS compute_bound_share,
-    CAST(NULL AS DOUBLE) AS no_cost_data_share, CAST(NULL AS DOUBLE) AS unknown_share, CAST(NULL AS DOUBLE) AS idle_share
+    CAST(NULL AS DOUBLE) AS no_cost_data_share, CAST(NULL AS DOUBLE) AS unknown_share,
+    CAST(NULL AS DOUBLE) AS collective_share, CAST(NULL AS DOUBLE) AS idle_share
 FROM classified
 QUALIFY CAST($top AS BIGINT) IS NULL
     OR row_number() OVER (PARTITION BY profile_id, device_kind ORDER BY self_time_ps DESC, program_id, op) <= CAST($top AS BIGINT)
@@ -89,6 +97,7 @@ SELECT
     coalesce(s.compute_ps, 0) / nullif(r.device_time_ps, 0),
     coalesce(s.no_cost_ps, 0) / nullif(r.device_time_ps, 0),
     coalesce(s.unknown_ps, 0) / nullif(r.device_time_ps, 0),
+    coalesce(s.collective_ps, 0) / nullif(r.device_time_ps, 0),
     greatest(1 - r.self_time_ps / nullif(r.device_time_ps, 0), 0)
 FROM roofline AS r
 CROSS JOIN thresholds AS t

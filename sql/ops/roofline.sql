@@ -23,6 +23,8 @@
 -- millions of GiB/s in the TPU sample); here both ops' bandwidths are bytes
 -- over their pairs' windows.
 --
+-- Needs: ops: TPU XLA Ops, GPU kernels, or XLA ops on a host without accelerators
+--
 -- Parameters:
 --   $top                   BIGINT     op rows kept per (profile, device kind), by self time; NULL for all (default: NULL)
 --
@@ -37,11 +39,11 @@
 --   op  VARCHAR  HLO op (events.hlo_op), else the event name (a GPU kernel); NULL on total rows
 --   category  VARCHAR  HLO category from the profile, else the HLO opcode
 --   cost_source  VARCHAR  where flops and bytes came from: profile (op stats), hlo (derived from hlo_ops) or NULL (none)
---   devices  BIGINT  devices of this kind the op ran on
+--   devices  BIGINT  devices of this kind the op ran on (a host plane running several XLA devices: each counts)
 --   occurrences  BIGINT  executions, summed over devices (total rows: over their ops)
 --   total_time_ps  BIGINT  time including nested ops, summed over devices, ps; program rows: the program's busy time (its ops' self time); profile rows: device time, as XProf
 --   self_time_ps  BIGINT  total_time_ps minus nested ops' time, ps (total rows: summed self time of their ops)
---   device_time_ps  BIGINT  per (profile, device kind): each device's first op start to last op end, summed over devices, ps
+--   device_time_ps  BIGINT  per (profile, device kind): each device's first op start to last op end, summed over devices (XLA devices of a host plane each count), ps
 --   self_time_share  DOUBLE  self_time_ps / device_time_ps (XProf's "Total self time (%)" / 100)
 --   async_window_ps  BIGINT  async pairs: start-to-done windows of this op's occurrences, summed, ps; NULL otherwise
 --   flops  DOUBLE  FLOPs, summed over occurrences
@@ -75,6 +77,7 @@
 --   cmem_write_utilization  DOUBLE  CMEM write bandwidth / its peak
 --   bound_by  VARCHAR  the resource with the highest utilization: compute, HBM, CMEM read, CMEM write, VMEM read, VMEM write; unknown when none is known and above 0 (ties: that order, as XProf)
 --   roofline_efficiency  DOUBLE  the highest utilization (XProf's roofline efficiency)
+--   above_roof  BOOLEAN  the highest utilization is above 1: the op beats a roof, so the peaks are too low (a peak measured on a busy machine) or its costs too high
 WITH params AS (
     SELECT
         CAST($top AS BIGINT) AS top_n
@@ -88,7 +91,8 @@ ops AS MATERIALIZED (
         any_value(module) AS module,
         any_value(category) AS category,
         CASE WHEN bool_or(cost_source = 'profile') THEN 'profile' WHEN bool_or(cost_source = 'hlo') THEN 'hlo' END AS cost_source,
-        CAST(count(DISTINCT device_id) AS BIGINT) AS devices,
+        -- An op's row per device says on how many of the device's XLA devices it ran (older files: 1).
+        CAST(sum(coalesce(xla_devices, 1)) AS BIGINT) AS devices,
         CAST(sum(occurrences) AS BIGINT) AS occurrences,
         CAST(sum(total_time_ps) AS BIGINT) AS total_time_ps,
         CAST(sum(self_time_ps) AS BIGINT) AS self_time_ps,
@@ -107,8 +111,13 @@ ops AS MATERIALIZED (
     GROUP BY profile_id, device_kind, program_id, op
 ),
 device_time AS MATERIALIZED (
-    SELECT profile_id, device_kind, CAST(sum(device_end_ps - device_start_ps) AS BIGINT) AS device_time_ps
-    FROM (SELECT DISTINCT profile_id, device_kind, device_id, device_start_ps, device_end_ps FROM stats)
+    SELECT profile_id, device_kind, CAST(sum(device_time_ps) AS BIGINT) AS device_time_ps
+    FROM (
+        -- Files written before device_time_ps: the device's first-to-last op span.
+        SELECT DISTINCT profile_id, device_kind, device_id,
+            coalesce(device_time_ps, device_end_ps - device_start_ps) AS device_time_ps
+        FROM stats
+    )
     GROUP BY ALL
 ),
 -- Totals per program and per (profile, device kind): XProf's Program row.
@@ -220,7 +229,8 @@ SELECT
         WHEN vmem_read_utilization = max_utilization THEN 'VMEM read'
         WHEN vmem_write_utilization = max_utilization THEN 'VMEM write'
     END AS bound_by,
-    CASE WHEN max_utilization > 0 THEN max_utilization END AS roofline_efficiency
+    CASE WHEN max_utilization > 0 THEN max_utilization END AS roofline_efficiency,
+    max_utilization > 1 AS above_roof
 FROM bounded
 ORDER BY
     profile_id, device_kind,

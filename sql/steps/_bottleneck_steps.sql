@@ -10,7 +10,11 @@
 --   memory_bound_ps          an op runs that the roofline calls memory-bound (HBM, VMEM, CMEM)
 --   other_compute_ps         an op runs that has no cost data or no known peaks (most GPU kernels of PyTorch traces)
 --   exposed_collective_ps    no compute runs, a collective does: a synchronous collective op,
---                            an async collective window (TPU), an NCCL kernel (GPU)
+--                            an async collective window (TPU), an NCCL / RCCL kernel (GPU), a process-group
+--                            collective on a host (gloo:all_reduce on its worker thread, c10d:: ops); an
+--                            XLA:CPU collective op first of all: its device's thread waits for its peers,
+--                            whatever else the host runs meanwhile (xprosql_collective says what a
+--                            collective is, on every backend)
 --   exposed_host_offload_ps  no compute, no collective; a host-offload copy window is open (S(5) shapes)
 --   exposed_dma_ps           no compute, no collective; another async copy window is open, or a GPU memcpy/memset runs
 --   launch_overhead_ps       the device is idle while a kernel or copy it will run has been launched (GPU: from
@@ -71,6 +75,12 @@ memory_bound AS MATERIALIZED (
 step_devices AS (
     SELECT DISTINCT profile_id, device_id, device_kind FROM steps
 ),
+-- Host events that are collectives without being XLA ops (gloo:all_reduce annotations, c10d:: ops).
+host_collectives AS (
+    SELECT name
+    FROM (SELECT DISTINCT name, category FROM events WHERE profile_id IN (SELECT profile_id FROM step_devices))
+    WHERE xprosql_collective(name, category) IS NOT NULL
+),
 op_class AS (
     SELECT profile_id, device_kind, program_id, op,
         CASE classification WHEN 'compute-bound' THEN 'compute_bound' WHEN 'memory-bound' THEN 'memory_bound' END AS cat
@@ -80,32 +90,46 @@ op_class AS (
 -- The ops that keep each device busy (as in steps), with what they are.
 device_ops AS (
     SELECT e.profile_id, e.device_id, 'tpu' AS device_kind, e.program_id, coalesce(e.hlo_op, e.name) AS op,
-        e.category, e.start_ps, e.start_ps + e.dur_ps AS end_ps, e.flops, e.bytes_accessed
+        e.category, NULL AS kernel, false AS blocking, e.start_ps, e.start_ps + e.dur_ps AS end_ps, e.flops, e.bytes_accessed
     FROM events AS e
     JOIN step_devices AS sd USING (profile_id, device_id)
     JOIN tracks AS t USING (profile_id, device_id, track_id)
     WHERE sd.device_kind = 'tpu' AND t.name = 'XLA Ops' AND e.start_ps IS NOT NULL
     UNION ALL
     SELECT k.profile_id, k.device_id, 'gpu', e.program_id, coalesce(e.hlo_op, e.name),
-        CASE WHEN k.name LIKE 'nccl%' THEN 'nccl' ELSE 'kernel' END,
+        'kernel', k.name, false,
         k.start_ps, k.start_ps + k.dur_ps, e.flops, e.bytes_accessed
     FROM kernels AS k
     JOIN step_devices AS sd USING (profile_id, device_id)
     JOIN events AS e USING (profile_id, event_id)
     WHERE k.start_ps IS NOT NULL
     UNION ALL
-    SELECT m.profile_id, m.device_id, 'gpu', NULL, NULL, 'memcpy', m.start_ps, m.start_ps + m.dur_ps, NULL, NULL
+    SELECT m.profile_id, m.device_id, 'gpu', NULL, NULL, 'memcpy', NULL, false, m.start_ps, m.start_ps + m.dur_ps, NULL, NULL
     FROM memcpys AS m
     JOIN step_devices AS sd USING (profile_id, device_id)
     WHERE m.start_ps IS NOT NULL
     UNION ALL
-    SELECT e.profile_id, e.device_id, 'cpu', e.program_id, coalesce(e.hlo_op, e.name), e.category,
+    -- An XLA:CPU op runs on its device's thread: a collective there blocks it until its peers arrive.
+    SELECT e.profile_id, e.device_id, 'cpu', e.program_id, coalesce(e.hlo_op, e.name), e.category, NULL, e.hlo_op IS NOT NULL,
         e.start_ps, e.start_ps + e.dur_ps, e.flops, e.bytes_accessed
     FROM events AS e
     JOIN step_devices AS sd USING (profile_id, device_id)
     WHERE sd.device_kind = 'host' AND e.start_ps IS NOT NULL
-      AND (e.hlo_op IS NOT NULL OR (e.category = 'cpu_op' AND NOT EXISTS (
+      AND (e.hlo_op IS NOT NULL
+           OR e.name IN (SELECT name FROM host_collectives)
+           OR (e.category = 'cpu_op' AND NOT EXISTS (
             SELECT 1 FROM events AS h WHERE h.profile_id = e.profile_id AND h.device_id = e.device_id AND h.hlo_op IS NOT NULL)))
+),
+-- What kind of collective each distinct op is (XLA ops by their category or HLO opcode), once per name.
+op_kinds AS (
+    SELECT profile_id, program_id, op, category, kernel,
+        xprosql_collective(coalesce(kernel, op), coalesce(category, opcode)) AS collective
+    FROM (
+        SELECT DISTINCT o.profile_id, o.program_id, o.op, o.category, o.kernel, h.opcode
+        FROM device_ops AS o
+        LEFT JOIN (SELECT DISTINCT profile_id, program_id, hlo_op, opcode FROM hlo_ops) AS h
+          ON h.profile_id = o.profile_id AND h.program_id = o.program_id AND h.hlo_op = o.op
+    )
 ),
 op_intervals AS (
     SELECT o.profile_id, o.device_id, o.start_ps, o.end_ps,
@@ -113,16 +137,17 @@ op_intervals AS (
             -- async start / done ops: their windows below say what they wait for
             WHEN o.device_kind = 'tpu' AND (regexp_matches(o.op, '-(start|done)(\.[0-9]+)?$')
                  OR regexp_matches(o.op, '^(send|recv)(\.[0-9]+)?$')) THEN NULL
-            WHEN o.category IN ('nccl') THEN 'collective'
+            WHEN k.collective IS NOT NULL AND o.blocking THEN 'blocking_collective'
+            WHEN k.collective IS NOT NULL THEN 'collective'
             WHEN o.category = 'memcpy' THEN 'dma'
             WHEN o.device_kind = 'tpu' AND (o.category IN ('infeed', 'outfeed') OR regexp_matches(o.op, '^(infeed|outfeed)')) THEN 'input'
-            WHEN o.device_kind = 'tpu' AND (
-                 regexp_replace(o.op, '\.[0-9]+$', '') IN ('all-reduce', 'all-gather', 'reduce-scatter', 'collective-permute',
-                                                           'all-to-all', 'collective-broadcast', 'ragged-all-to-all')
-                 OR o.category IN ('all-reduce', 'all-gather', 'reduce-scatter', 'collective-permute', 'all-to-all')) THEN 'collective'
             ELSE coalesce(c.cat, 'other_compute')
         END AS cat
     FROM device_ops AS o
+    LEFT JOIN op_kinds AS k
+      ON k.profile_id = o.profile_id AND k.program_id IS NOT DISTINCT FROM o.program_id
+     AND k.op IS NOT DISTINCT FROM o.op AND k.category IS NOT DISTINCT FROM o.category
+     AND k.kernel IS NOT DISTINCT FROM o.kernel
     LEFT JOIN op_class AS c
       ON c.profile_id = o.profile_id AND c.device_kind = o.device_kind
      AND c.program_id IS NOT DISTINCT FROM o.program_id AND c.op = o.op
@@ -177,14 +202,15 @@ points AS (
     UNION ALL
     SELECT profile_id, device_id, end_ps, NULL, 0 FROM steps
 ),
--- Open counts of seven categories travel packed in one HUGEINT, 16 bits each (ops
+-- Open counts of eight categories travel packed in one HUGEINT, 16 bits each (ops
 -- and windows open at once on one device stay far below 2^15), so one running sum
 -- carries them all; launches, which can queue by the thousand, count on their own.
 deltas AS (
     SELECT profile_id, device_id, t,
         sum(delta * (CAST(1 AS HUGEINT) << (16 * CASE cat
             WHEN 'compute_bound' THEN 0 WHEN 'memory_bound' THEN 1 WHEN 'other_compute' THEN 2
-            WHEN 'collective' THEN 3 WHEN 'host_offload' THEN 4 WHEN 'dma' THEN 5 WHEN 'input' THEN 6 END)))
+            WHEN 'collective' THEN 3 WHEN 'host_offload' THEN 4 WHEN 'dma' THEN 5 WHEN 'input' THEN 6
+            WHEN 'blocking_collective' THEN 7 END)))
             FILTER (WHERE cat IS NOT NULL AND cat <> 'launch') AS packed_delta,
         sum(delta) FILTER (WHERE cat = 'launch') AS launch_delta
     FROM points
@@ -203,6 +229,7 @@ segments AS (
     SELECT profile_id, device_id, seg_start, seg_end,
         -- the first open category, in priority order
         CASE
+            WHEN (open_packed >> 112) & 65535 > 0 THEN 'exposed_collective'
             WHEN (open_packed >> 0) & 65535 > 0 THEN 'compute_bound'
             WHEN (open_packed >> 16) & 65535 > 0 THEN 'memory_bound'
             WHEN (open_packed >> 32) & 65535 > 0 THEN 'other_compute'

@@ -22,20 +22,21 @@ _COLUMN = pa.struct([("name", pa.string()), ("type", pa.string()), ("unit", pa.s
 
 def analyses() -> Result:
     """One row per public analysis: ``analysis`` (id to run it by), ``area``, ``description``, ``fleet``
-    (rows compare profiles), ``parameters`` (name, type, default as SQL, unit, description; a NULL
+    (rows compare profiles), ``needs`` (what a profile must hold to have rows), ``parameters`` (name, type, default as SQL, unit, description; a NULL
     default means required) and ``columns`` (name, type, unit, description)."""
     lib = library()
     rows = []
     for module in lib.public():
         rows.append({
             "analysis": module.id, "area": module.area, "description": module.description, "fleet": module.fleet,
+            "needs": module.needs,
             "parameters": [{"name": p.name, "type": p.sql_type, "default": p.default_sql, "unit": p.unit,
                             "description": p.description} for p in lib.parameters(module.id).values()],
             "columns": [{"name": c.name, "type": c.sql_type, "unit": c.unit, "description": c.description}
                         for c in module.columns],
         })
     schema = pa.schema([("analysis", pa.string()), ("area", pa.string()), ("description", pa.string()),
-                        ("fleet", pa.bool_()), ("parameters", pa.list_(_PARAMETER)), ("columns", pa.list_(_COLUMN))])
+                        ("fleet", pa.bool_()), ("needs", pa.string()), ("parameters", pa.list_(_PARAMETER)), ("columns", pa.list_(_COLUMN))])
     return Result.from_arrow(pa.Table.from_pylist(rows, schema), description="analyses")
 
 
@@ -43,7 +44,10 @@ def describe(name: str) -> str:
     """Analysis ``name`` as text: what it answers, its parameters and its columns (what ``xprosql analyses NAME`` prints)."""
     lib = library()
     module = lib.module(name)
-    lines = [f"{module.id}{' (fleet)' if module.fleet else ''}: {module.description}", "", "parameters:"]
+    lines = [f"{module.id}{' (fleet)' if module.fleet else ''}: {module.description}"]
+    if module.needs:
+        lines.append(f"needs: {module.needs}")
+    lines += ["", "parameters:"]
     for p in lib.parameters(module.id).values():
         default = "required" if p.required else f"default {p.default_sql}"
         lines.append(f"  {p.name:<28} {p.sql_type:<10} {p.unit or '':<8} {p.description} ({default})")

@@ -204,7 +204,16 @@ class Engine:
         except duckdb.Error as exc:
             raise QueryError(f"{failure}: {_first_line(exc)}") from None
         result._failure = failure
+        if module.needs is not None:
+            result._expected = (module.id, module.needs, lambda: self._source_names(snapshot.profile_ids))
         return result
+
+    def _source_names(self, profile_ids: Sequence[str]) -> dict[str, str]:
+        """Profile id -> the file it was ingested from (its name), to name profiles to a user."""
+        rows = self.connection.execute(
+            "SELECT profile_id, regexp_extract(source_path, '[^/]*$') FROM profiles WHERE list_contains($p, profile_id)",
+            {"p": list(profile_ids)}).fetchall()
+        return {profile_id: name or profile_id for profile_id, name in rows}
 
     # -- plans ------------------------------------------------------------------------------------
 

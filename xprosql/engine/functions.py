@@ -6,6 +6,14 @@
   memory_space = 2 (1 HBM, 2 CMEM, 3 VMEM), bytes_accessed = 3}``, field numbers
   as in XProf's ``op_metrics.proto``) into a list of
   ``STRUCT(operation_type INTEGER, memory_space BIGINT, bytes BIGINT)``.
+* ``xprosql_collective(name VARCHAR, category VARCHAR)``: the kind of collective an event
+  is (``all_reduce``, ``all_gather``, ``reduce_scatter``, ``all_to_all``, ``collective_permute``,
+  ``broadcast``, ``reduce``, ``send``, ``recv``, ``send_recv``, ``barrier``, ``gather``,
+  ``scatter``, or ``other``), NULL when it is none, on every backend: XLA ops by their HLO
+  opcode (``category``) or an op named after it (``all-reduce.3``, ``all-gather-start``),
+  NCCL / RCCL / HCCL kernels, PyTorch process-group annotations (``gloo:all_reduce``,
+  ``nccl:broadcast``), ``c10d::`` ops and ``record_param_comms``. One definition, so every
+  analysis counts the same events as communication.
 * ``hardware_models``: the published chip peaks of
   :mod:`xprosql.models.hardware`, one row per chip.
 
@@ -105,8 +113,38 @@ def _memory_access_udf(blobs: pa.Array | pa.ChunkedArray) -> pa.Array:
     )
 
 
+_XLA_COLLECTIVES = ("all-reduce|all-gather|reduce-scatter|collective-permute|all-to-all|ragged-all-to-all"
+                    "|collective-broadcast")
+# The name of the collective, as written by its source (letters only, lowercased below).
+_COLLECTIVE_NAME = f"""coalesce(
+    nullif(regexp_extract(lower(coalesce(category, '')), '^({_XLA_COLLECTIVES}|send|recv)(-start|-done)?$', 1), ''),
+    nullif(regexp_extract(coalesce(name, ''), '^({_XLA_COLLECTIVES})(-start|-done)?([.][0-9]+)?$', 1), ''),
+    nullif(regexp_extract(coalesce(name, ''), '^(gloo|nccl|mpi|ucc|xccl):([A-Za-z_]+)', 2), ''),
+    CASE WHEN regexp_matches(coalesce(name, ''), '^(nccl|rccl|hccl)|ncclKernel', 'i')
+         THEN coalesce(nullif(regexp_extract(name, 'Kernel_([A-Za-z]+)', 1), ''), 'other') END,
+    nullif(regexp_extract(coalesce(name, ''), '^c10d::(.+)$', 1), ''),
+    CASE WHEN name = 'record_param_comms' THEN 'other' END
+)"""
+_COLLECTIVE_KINDS = """CASE
+    WHEN raw IS NULL THEN NULL
+    WHEN raw LIKE 'allreduce%' THEN 'all_reduce'
+    WHEN raw LIKE 'allgather%' THEN 'all_gather'
+    WHEN raw LIKE 'reducescatter%' THEN 'reduce_scatter'
+    WHEN raw LIKE 'alltoall%' OR raw = 'raggedalltoall' THEN 'all_to_all'
+    WHEN raw = 'collectivepermute' THEN 'collective_permute'
+    WHEN raw LIKE 'broadcast%' OR raw = 'collectivebroadcast' THEN 'broadcast'
+    WHEN raw = 'sendrecv' THEN 'send_recv'
+    WHEN raw IN ('send', 'recv', 'barrier', 'gather', 'scatter') THEN raw
+    WHEN raw LIKE 'reduce%' THEN 'reduce'
+    ELSE 'other'
+END"""
+
+
 def register_functions(con: duckdb.DuckDBPyConnection) -> None:
-    """Add ``xprosql_memory_access`` and ``hardware_models`` to a DuckDB connection."""
+    """Add ``xprosql_memory_access``, ``xprosql_collective`` and ``hardware_models`` to a DuckDB connection."""
+    con.execute(f"CREATE MACRO _xprosql_collective_kind(raw) AS {_COLLECTIVE_KINDS}")
+    con.execute("CREATE MACRO xprosql_collective(name, category) AS "
+                f"_xprosql_collective_kind(lower(regexp_replace({_COLLECTIVE_NAME}, '[^A-Za-z]', '', 'g')))")
     con.create_function(  # type: ignore[call-overload]  # duckdb's stubs know no arrow UDF
         "xprosql_memory_access", _memory_access_udf, ["BLOB"], _SQL_TYPE, type="arrow", side_effects=False
     )

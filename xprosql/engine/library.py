@@ -6,6 +6,8 @@ is a private building block (``hta._gpu_ops``), never listed to users nor run by
 
 * a first line ``-- <id>: what it answers`` (the catalogue's description is the first paragraph);
 * ``-- scope: fleet`` when its rows compare profiles (they do not split by profile);
+* ``-- Needs: what a profile must hold to have rows`` (e.g. GPU kernels): a run names the profiles
+  without rows and says this, rather than return nothing silently;
 * ``-- Parameters:`` then one line per parameter, ``--   $name  TYPE  meaning, unit (default: VALUE)``;
   a parameter without a default must be given;
 * ``-- Passes: $a $b``: parameters of its includes it lets callers set (they keep the include's type,
@@ -92,6 +94,7 @@ class Module:
     text: str
     description: str
     fleet: bool
+    needs: str | None
     includes: tuple[str, ...]
     own_parameters: dict[str, Parameter] = field(repr=False)
     passes: tuple[str, ...]
@@ -159,17 +162,20 @@ def _parse(module_id: str, path: Path) -> Module:
     for line in header[1:]:
         if not line.strip():
             break
-        if line.strip() != "scope: fleet":
+        if line.strip() != "scope: fleet" and not line.strip().startswith("Needs:"):
             description_lines.append(line.strip())
     section = None
     parameters: dict[str, Parameter] = {}
     columns: list[Column] = []
     passes: list[str] = []
     fleet = False
+    needs = None
     for line in header[1:]:
         stripped = line.strip()
         if stripped == "scope: fleet":
             fleet = True
+        elif stripped.startswith("Needs:"):
+            needs = stripped.removeprefix("Needs:").strip()
         elif stripped.startswith("Passes:"):
             passes += _PLACEHOLDER.findall(stripped)
         elif stripped in ("Parameters:", "Columns:"):
@@ -187,7 +193,7 @@ def _parse(module_id: str, path: Path) -> Module:
             name, sql_type, rest = match.groups()
             columns.append(Column(name, sql_type, rest, _unit(name, rest)))
     return Module(
-        id=module_id, path=path, text=text, description=" ".join(description_lines), fleet=fleet,
+        id=module_id, path=path, text=text, description=" ".join(description_lines), fleet=fleet, needs=needs,
         includes=tuple(dict.fromkeys(_INCLUDE.findall(text))), own_parameters=parameters,
         passes=tuple(passes), columns=tuple(columns),
     )

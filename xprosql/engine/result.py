@@ -11,12 +11,14 @@ Example:
 
 from __future__ import annotations
 
+import warnings
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 import duckdb
 import pyarrow as pa
 
-from xprosql.errors import QueryError, XprosqlError
+from xprosql.errors import NotApplicableWarning, QueryError, XprosqlError
 
 if TYPE_CHECKING:
     import polars
@@ -45,6 +47,9 @@ def _normalised(table: pa.Table) -> pa.Table:
 class Result:
     """Rows of a query or an analysis. Nothing runs until the rows are asked for; then they are kept.
 
+    An analysis that has no rows for some profiles says why when its rows are read: a
+    :class:`~xprosql.NotApplicableWarning` naming them and what they lack, also kept in ``.notes``.
+
     ``.pl()`` (Polars), ``.lazy()`` (Polars LazyFrame), ``.arrow()`` (PyArrow), ``.df()`` (pandas,
     needs ``pip install 'xprosql[pandas]'``), ``.rows()`` (tuples), ``.relation`` (the DuckDB relation,
     to refine with DuckDB's relational API). Integer picosecond sums come back as 64-bit integers.
@@ -60,6 +65,10 @@ class Result:
         # Set for an analysis: what failed, said in our words, with DuckDB's first line only (the rest
         # points into SQL the user did not write).
         self._failure: str | None = None
+        # Set for an analysis that declares what it needs: (module id, what it needs, the profiles it ran
+        # over as id -> file name, read when the rows are). Profiles without rows are then named.
+        self._expected: tuple[str, str, Callable[[], Mapping[str, str]]] | None = None
+        self.notes: list[str] = []
 
     @classmethod
     def from_arrow(cls, table: pa.Table, *, description: str = "query") -> Result:
@@ -83,7 +92,21 @@ class Result:
                 if self._failure is not None:
                     raise QueryError(f"{self._failure}: {str(exc).strip().splitlines()[0]}") from None
                 raise QueryError(f"{self._description}: {exc}") from None
+            self._name_profiles_without_rows(self._table)
         return self._table
+
+    def _name_profiles_without_rows(self, table: pa.Table) -> None:
+        if self._expected is None or "profile_id" not in table.column_names:
+            return
+        module_id, needs, profiles = self._expected
+        present = set(table.column("profile_id").to_pylist())
+        names = profiles()
+        missing = sorted(name for profile_id, name in names.items() if profile_id not in present)
+        if missing:
+            shown = ", ".join(missing[:3]) + (f" and {len(missing) - 3} more" if len(missing) > 3 else "")
+            note = f"{module_id}: no rows for {len(missing)} of {len(names)} profiles ({shown}): it needs {needs}"
+            self.notes.append(note)
+            warnings.warn(note, NotApplicableWarning, stacklevel=4)
 
     def pl(self) -> polars.DataFrame:
         import polars

@@ -278,8 +278,10 @@ TABLES: dict[str, pa.Schema] = {
         _col("vmem_write_bytes", pa.float64(), "VMEM bytes written", "bytes"),
         _col("cmem_read_bytes", pa.float64(), "CMEM bytes read (breakdown memory space 2)", "bytes"),
         _col("cmem_write_bytes", pa.float64(), "CMEM bytes written", "bytes"),
+        _col("xla_devices", pa.int64(), "XLA devices of this plane the op ran on: 1, or on a host plane running several (JAX on CPU), the device_ordinal values of its events"),
         _col("device_start_ps", pa.int64(), "the device's first op start (the same on every row of the device)", "ps"),
         _col("device_end_ps", pa.int64(), "the device's last op end", "ps"),
+        _col("device_time_ps", pa.int64(), "the device's time: first op start to last op end of each of its XLA devices, summed (the same on every row of the device)", "ps"),
     ]),
     # The rows of the steps analysis (sql/steps/steps.sql, default parameters), stored by compaction for the
     # profiles it packs; empty for unpacked profiles: run.steps() computes theirs from their events.
@@ -287,16 +289,17 @@ TABLES: dict[str, pa.Schema] = {
         _col("device_id", pa.int32(), "devices.device_id of the busy device"),
         _col("device", pa.string(), "device name, e.g. /device:TPU:0"),
         _col("device_kind", pa.string(), "tpu, gpu, or host (a profile without accelerators)"),
-        _col("step_index", pa.int64(), "0-based position of the step on its device, by start"),
+        _col("step_index", pa.int64(), "0-based position of the step on its device, by start (incomplete steps count)"),
         _col("step", pa.int64(), "step number as recorded (step_num, group_id, N of ProfilerStep#N)"),
         _col("step_name", pa.string(), "step name as recorded"),
         _col("source", pa.string(), "where the step came from: steps_line, group_id, step_annotation, profiler_step, profile"),
         _col("start_ps", pa.int64(), "step start", "ps"),
-        _col("end_ps", pa.int64(), "step end (the next step's start, or the step's own end for the last one)", "ps"),
+        _col("end_ps", pa.int64(), "step end: the step marker's own end", "ps"),
         _col("wall_ps", pa.int64(), "end_ps - start_ps", "ps"),
         _col("busy_ps", pa.int64(), "time inside the step when at least one op of the device runs", "ps"),
         _col("idle_ps", pa.int64(), "wall_ps - busy_ps", "ps"),
         _col("busy_fraction", pa.float64(), "busy_ps / wall_ps (XProf's duty cycle)"),
+        _col("complete", pa.bool_(), "false for a step XProf's overview drops as incomplete (first or last of more than 5)"),
     ]),
     # The rows of sql/steps/_bottleneck_steps.sql (default parameters), stored by compaction for the profiles it
     # packs; empty for unpacked profiles, whose bottlenecks are computed from their events.

@@ -158,9 +158,14 @@ def roofline_polars(
     devices = table("devices")
     accelerated = devices.filter(pl.col("kind").is_in(["tpu", "gpu"])).select("profile_id").unique().collect()["profile_id"].to_list()
 
+    ordinals = (
+        table("event_stats").filter(pl.col("stat") == "device_ordinal")
+        .select("profile_id", "event_id", pl.coalesce("int_value", pl.col("uint_value").cast(pl.Int64)).alias("xla_device"))
+    )
     ev = (
         table("events")
         .join(devices.select("profile_id", "device_id", "kind"), on=["profile_id", "device_id"])
+        .join(ordinals, on=["profile_id", "event_id"], how="left")
         .join(table("tracks").select("profile_id", "device_id", "track_id", pl.col("name").alias("track_name"), "stream_id"),
               on=["profile_id", "device_id", "track_id"])
     )
@@ -180,6 +185,8 @@ def roofline_polars(
         pl.coalesce("device_offset_ps", "start_ps").alias("start_ps"),
         pl.coalesce("device_duration_ps", "dur_ps").alias("dur_ps"),
         "flops", "bytes_accessed",
+        # A host plane running several XLA devices tags each op with its device (ops/_op_stats.sql).
+        pl.when(~pl.col("kind").is_in(["tpu", "gpu"])).then(pl.col("xla_device")).alias("xla_device"),
     ).collect()
 
     # Nesting per line: depth = earlier ops still open at the start; parent = latest earlier op one level up.
@@ -295,7 +302,7 @@ def roofline_polars(
             pl.coalesce(pl.col("category").drop_nulls().first(), pl.col("opcode").drop_nulls().first()).alias("category"),
             pl.when((pl.col("cost_source") == "profile").any()).then(pl.lit("profile"))
             .when((pl.col("cost_source") == "hlo").any()).then(pl.lit("hlo")).otherwise(None).alias("cost_source"),
-            pl.col("device_id").n_unique().cast(pl.Int64).alias("devices"),
+            pl.struct("device_id", "xla_device").n_unique().cast(pl.Int64).alias("devices"),
             occ.sum().alias("occurrences"),
             pl.col("dur_ps").sum().alias("total_time_ps"),
             pl.col("self_ps").sum().alias("self_time_ps"),
@@ -314,7 +321,7 @@ def roofline_polars(
 
     device_time = (
         op_events.filter(pl.col("start_ps").is_not_null())
-        .group_by("profile_id", "device_kind", "device_id")
+        .group_by("profile_id", "device_kind", "device_id", "xla_device")
         .agg(((pl.col("start_ps") + pl.col("dur_ps")).max() - pl.col("start_ps").min()).alias("span_ps"))
         .group_by("profile_id", "device_kind").agg(pl.col("span_ps").sum().alias("device_time_ps"))
     )
@@ -400,6 +407,7 @@ def roofline_polars(
     out = out.with_columns(
         bound.otherwise(None).alias("bound_by"),
         pl.when(pl.col("max_utilization") > 0).then(pl.col("max_utilization")).otherwise(None).alias("roofline_efficiency"),
+        (pl.col("max_utilization") > 1).alias("above_roof"),
         (pl.col("self_time_ps") / pl.when(pl.col("device_time_ps") != 0).then(pl.col("device_time_ps"))).alias("self_time_share"),
         (pl.col("flops") / pl.when(pl.col("bytes_accessed") != 0).then(pl.col("bytes_accessed"))).alias("operational_intensity"),
         (pl.col("flops") / pl.when(pl.col("hbm_bytes") != 0).then(pl.col("hbm_bytes"))).alias("hbm_operational_intensity"),
@@ -414,7 +422,7 @@ def roofline_polars(
         "peak_cmem_read_bytes_per_s", "peak_cmem_write_bytes_per_s", "peak_flops_source", "peak_hbm_source",
         "device_model", "hardware_chip", "ridge_point", "flop_utilization", "hbm_utilization",
         "vmem_read_utilization", "vmem_write_utilization", "cmem_read_utilization", "cmem_write_utilization",
-        "bound_by", "roofline_efficiency",
+        "bound_by", "roofline_efficiency", "above_roof",
     ]
     order = pl.col("row_kind").replace_strict({"profile": 0, "program": 1, "op": 2}, return_dtype=pl.Int8)
     return (
@@ -553,6 +561,10 @@ def plot_roofline(
         share = (hidden["self_time_ps"].sum() or 0) / device_time
         ax.text(0.99, 0.02, f"{hidden.height} ops without FLOPs not drawn ({100 * share:.3g}% of device time)",
                 transform=ax.transAxes, ha="right", fontsize=8, color="dimgray")
+    above = drawn.filter(pl.col("above_roof")) if "above_roof" in drawn.columns else drawn.clear()
+    if not above.is_empty():
+        ax.text(0.01, 0.98, f"{above.height} ops above the roof: the peaks are too low for this profile "
+                f"({total['peak_flops_source']})", transform=ax.transAxes, ha="left", va="top", fontsize=8, color="firebrick")
     ax.legend(loc="lower right", bbox_to_anchor=(1.0, 0.06), fontsize=8, title="ops (area ~ self time)", title_fontsize=8)
     ax.set_xlabel("operational intensity (FLOP / byte accessed)")
     ax.set_ylabel("FLOP/s")
