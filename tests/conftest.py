@@ -77,3 +77,28 @@ def cohort_parameters(run: xprosql.Run) -> dict[str, list[str]]:
     """Two cohorts for the fleet comparisons: the XSpace profiles against the Kineto ones."""
     ids = dict(run.sql("SELECT format, list(profile_id ORDER BY profile_id) FROM profiles GROUP BY 1").rows())
     return {"baseline": ids["xspace"], "candidate": ids["kineto"]}
+
+
+# Profiles as users bring them, generated on this machine (tests/wild_profiles.py): one warehouse each.
+@pytest.fixture(scope="session")
+def jax_sharded_warehouse(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """JAX on 8 host CPU devices with shard_map collectives, ingested."""
+    from wild_profiles import make_jax_sharded_profile
+
+    folder = tmp_path_factory.mktemp("sharded")
+    profile = make_jax_sharded_profile(folder / "log")
+    report = xprosql.ingest(profile, into=folder / "run")
+    assert report.ok, str(report)
+    return folder / "run"
+
+
+@pytest.fixture(scope="session")
+def gloo_ddp_warehouse(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Both ranks of a 2-rank PyTorch DDP run on gloo, ingested."""
+    from wild_profiles import make_gloo_ddp_profiles
+
+    folder = tmp_path_factory.mktemp("gloo")
+    traces = make_gloo_ddp_profiles(folder / "log")
+    report = xprosql.ingest(traces, into=folder / "run")
+    assert report.ok and len(report.ingested) == len(traces) == 2, str(report)
+    return folder / "run"

@@ -16,6 +16,7 @@ from xprosql.engine.catalogue import analyses
 from xprosql.errors import (
     AnalysisError,
     IngestError,
+    NotApplicableWarning,
     ParameterError,
     QueryError,
     UnknownAnalysisError,
@@ -29,6 +30,7 @@ from xprosql.run import Run, load
 __all__ = [
     "AnalysisError",
     "IngestError",
+    "NotApplicableWarning",
     "IngestReport",
     "ParameterError",
     "QueryError",
