@@ -3,6 +3,7 @@ against an independent interval union computed here in Python."""
 
 from __future__ import annotations
 
+import itertools
 from pathlib import Path
 
 import polars as pl
@@ -44,14 +45,16 @@ def test_jax_step_trace_annotation_gives_one_row_per_step(jax_steps: xprosql.Run
     assert steps["step"].to_list() == JAX_STEPS_NUMBERS
     assert set(steps["source"]) == {"step_annotation"} and set(steps["step_name"]) == {JAX_STEPS_NAME}
     assert set(steps["device_kind"]) == {"host"}
-    # the annotations as recorded: each step starts where its annotation does, runs to the next one
+    # each step is its annotation's own interval, as recorded (the gaps between them belong to no step)
     marks = jax_steps.sql(
         "SELECT step_num, start_ps, start_ps + dur_ps FROM events WHERE name = $n AND step_num IS NOT NULL ORDER BY 1",
         {"n": JAX_STEPS_NAME},
     ).rows()
     assert [m[0] for m in marks] == JAX_STEPS_NUMBERS
-    assert steps["start_ps"].to_list() == [m[1] for m in marks]
-    assert steps["end_ps"].to_list() == [m[1] for m in marks[1:]] + [marks[-1][2]]
+    assert steps.select("start_ps", "end_ps").rows() == [(m[1], m[2]) for m in marks]
+    assert all(a[2] <= b[1] for a, b in itertools.pairwise(marks))
+    # 4 steps: XProf keeps all of them (it drops the first and last only of more than 5)
+    assert steps["complete"].to_list() == [True] * len(JAX_STEPS_NUMBERS)
     # busy: the XLA:CPU thunks (events with an HLO op) on any thread, counted once where threads overlap
     thunks = jax_steps.sql("SELECT start_ps, start_ps + dur_ps FROM events WHERE hlo_op IS NOT NULL").rows()
     for row in steps.iter_rows(named=True):
@@ -103,8 +106,14 @@ def test_pytorch_profiler_steps(tmp_path: Path) -> None:
     assert xprosql.ingest(A100, into=tmp_path / "run").ok
     run = xprosql.load(tmp_path / "run")
     steps = run.steps().pl()
-    assert steps.select("step", "step_name", "source").rows() == [
-        (n, f"ProfilerStep#{n}", "profiler_step") for n in (4, 5, 6)
+    assert steps.select("step", "step_name", "source", "complete").rows() == [
+        (n, f"ProfilerStep#{n}", "profiler_step", True) for n in (4, 5, 6)
     ]
-    assert steps["end_ps"][:2].to_list() == steps["start_ps"][1:].to_list()
     assert set(steps["device"]) == {"/device:GPU:0"}
+    # each step is its ProfilerStep#N annotation's own interval, not up to the next one's start
+    marks = run.sql(
+        "SELECT start_ps, start_ps + dur_ps FROM events WHERE category = 'user_annotation' AND name LIKE 'ProfilerStep#%' "
+        "ORDER BY start_ps"
+    ).rows()
+    assert steps.select("start_ps", "end_ps").rows() == marks
+    assert all(end < start for (_, end), (start, _) in itertools.pairwise(marks))  # gaps between the steps

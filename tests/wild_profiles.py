@@ -27,8 +27,11 @@ What each profile holds (known from the programs below):
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
+import json
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -74,7 +77,7 @@ def _run(program: str, args: list[str], *, label: str, timeout_s: float, env: di
     except subprocess.TimeoutExpired:
         _kill_group(proc)
         _, stderr = proc.communicate()
-        raise RuntimeError(f"{label} program timed out after {timeout_s:.0f} s:\n{(stderr or '')[-4000:]}") from None
+        raise RuntimeError(f"{label} program timed out after {timeout_s:g} s:\n{(stderr or '')[-4000:]}") from None
     finally:
         if proc.poll() is None:
             _kill_group(proc)
@@ -84,8 +87,6 @@ def _run(program: str, args: list[str], *, label: str, timeout_s: float, env: di
 
 def _kill_group(proc: subprocess.Popen) -> None:
     """SIGKILL the process group ``proc`` leads (it and the workers it spawned), then reap it."""
-    import signal
-
     try:
         os.killpg(proc.pid, signal.SIGKILL)
     except ProcessLookupError:
@@ -93,8 +94,9 @@ def _kill_group(proc: subprocess.Popen) -> None:
     proc.wait()
 
 
-def _new_files(logdir: Path, pattern: str, since: float) -> list[Path]:
-    return sorted(p for p in logdir.glob(pattern) if p.stat().st_mtime >= since)
+def _new_files(logdir: Path, pattern: str, before: set[Path]) -> list[Path]:
+    """Files matching ``pattern`` under ``logdir`` that were not there ``before``."""
+    return sorted(set(logdir.glob(pattern)) - before)
 
 
 # --- a. JAX: a sharded transformer-like step on 8 host devices ---------------------------------
@@ -179,11 +181,11 @@ def make_jax_sharded_profile(logdir: Path, *, steps: int = JAX_SHARDED_STEPS, ti
     logdir.mkdir(parents=True, exist_ok=True)
     env = dict(os.environ, JAX_PLATFORMS="cpu",
                XLA_FLAGS=f"--xla_force_host_platform_device_count={JAX_SHARDED_DEVICES}")
-    since = time.time() - 1
+    before = set(logdir.rglob("*"))
     _run(_JAX_SHARDED_PROGRAM,
          [str(logdir), str(steps), JAX_SHARDED_STEP_NAME, str(JAX_SHARDED_DEVICES), str(JAX_SHARDED_GAP_S)],
          label="JAX sharded", timeout_s=timeout_s, env=env)
-    found = _new_files(logdir, "plugins/profile/*/*.xplane.pb", since)
+    found = _new_files(logdir, "plugins/profile/*/*.xplane.pb", before)
     if len(found) != 1:
         raise RuntimeError(f"JAX wrote {len(found)} new *.xplane.pb under {logdir}, expected 1: {found}")
     return found[0]
@@ -244,15 +246,13 @@ def make_torch_training_profile(logdir: Path, *, timeout_s: float = 120.0) -> li
         >>> make_torch_training_profile(tmp_path / "torch")       # doctest: +SKIP
         [PosixPath('.../mlp.1700000000000.pt.trace.json')]
     """
-    import json
-
     _require("torch", "torch==2.13.0")
     logdir = Path(logdir)
     logdir.mkdir(parents=True, exist_ok=True)
-    since = time.time() - 1
+    before = set(logdir.rglob("*"))
     _run(_TORCH_PROGRAM, [str(logdir), "mlp", json.dumps(TORCH_SCHEDULE)], label="PyTorch training",
          timeout_s=timeout_s, env=_torch_env())
-    found = _new_files(logdir, "mlp*.pt.trace.json", since)
+    found = _new_files(logdir, "mlp*.pt.trace.json", before)
     if not found:
         raise RuntimeError(f"PyTorch wrote no *.pt.trace.json under {logdir}")
     return found
@@ -309,43 +309,41 @@ def make_gloo_ddp_profiles(logdir: Path, *, timeout_s: float = 120.0) -> list[Pa
         >>> make_gloo_ddp_profiles(tmp_path / "ddp")              # doctest: +SKIP
         [PosixPath('.../rank0.1700000000000.pt.trace.json'), PosixPath('.../rank1....pt.trace.json')]
     """
-    import json
-
     _require("torch", "torch==2.13.0")
     logdir = Path(logdir)
     logdir.mkdir(parents=True, exist_ok=True)
-    since = time.time() - 1
+    before = set(logdir.rglob("*"))
     base = dict(_torch_env(), MASTER_ADDR="127.0.0.1", MASTER_PORT=str(_free_port()), WORLD_SIZE=str(DDP_WORLD_SIZE),
                 GLOO_SOCKET_IFNAME=_loopback_interface())
-    logs = [tempfile.TemporaryFile(mode="w+") for _ in range(DDP_WORLD_SIZE)]  # no pipe can fill and block a rank
-    procs = [
-        subprocess.Popen([sys.executable, "-c", _DDP_PROGRAM, str(logdir), json.dumps(TORCH_SCHEDULE)],
-                         env=dict(base, RANK=str(rank), LOCAL_RANK=str(rank)), stdout=subprocess.DEVNULL,
-                         stderr=logs[rank], text=True, start_new_session=True)
-        for rank in range(DDP_WORLD_SIZE)
-    ]
-    deadline = time.monotonic() + timeout_s
     errors: list[str] = []
-    try:
-        for rank, proc in enumerate(procs):
-            try:
-                proc.wait(timeout=max(deadline - time.monotonic(), 0.1))
-            except subprocess.TimeoutExpired:
-                errors.append(f"rank {rank} timed out after {timeout_s:.0f} s")
-                break
-            if proc.returncode != 0:
-                logs[rank].seek(0)
-                errors.append(f"rank {rank} failed (rc={proc.returncode}):\n{logs[rank].read()[-3000:]}")
-                break
-    finally:
-        for proc in procs:
-            if proc.poll() is None:
-                _kill_group(proc)
-        for log in logs:
-            log.close()
+    with contextlib.ExitStack() as stack:
+        # stderr to files: no pipe can fill up and block a rank
+        logs = [stack.enter_context(tempfile.TemporaryFile(mode="w+")) for _ in range(DDP_WORLD_SIZE)]
+        procs = [
+            subprocess.Popen([sys.executable, "-c", _DDP_PROGRAM, str(logdir), json.dumps(TORCH_SCHEDULE)],
+                             env=dict(base, RANK=str(rank), LOCAL_RANK=str(rank)), stdout=subprocess.DEVNULL,
+                             stderr=logs[rank], text=True, start_new_session=True)
+            for rank in range(DDP_WORLD_SIZE)
+        ]
+        deadline = time.monotonic() + timeout_s
+        try:
+            for rank, proc in enumerate(procs):
+                try:
+                    proc.wait(timeout=max(deadline - time.monotonic(), 0.1))
+                except subprocess.TimeoutExpired:
+                    errors.append(f"rank {rank} timed out after {timeout_s:g} s")
+                    break
+                if proc.returncode != 0:
+                    logs[rank].seek(0)
+                    errors.append(f"rank {rank} failed (rc={proc.returncode}):\n{logs[rank].read()[-3000:]}")
+                    break
+        finally:
+            for proc in procs:  # a rank left waiting for a failed peer: end it and its workers
+                if proc.poll() is None:
+                    _kill_group(proc)
     if errors:
         raise RuntimeError("gloo DDP program: " + "\n".join(errors))
-    found = [_new_files(logdir, f"rank{rank}.*.pt.trace.json", since) for rank in range(DDP_WORLD_SIZE)]
+    found = [_new_files(logdir, f"rank{rank}.*.pt.trace.json", before) for rank in range(DDP_WORLD_SIZE)]
     if any(len(f) != 1 for f in found):
         raise RuntimeError(f"expected one trace per rank under {logdir}, found {found}")
     return [f[0] for f in found]

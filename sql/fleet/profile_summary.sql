@@ -25,8 +25,13 @@
 --   idle_share  DOUBLE  share of device time with no op running
 --   flop_utilization  DOUBLE  FLOPs over device time and peak (memory_bound profile row)
 --   hbm_utilization  DOUBLE  HBM bytes over device time and peak
-WITH steps AS (
+WITH every_step AS (
 -- @include steps.steps
+),
+-- XProf leaves the incomplete first and last steps of a long trace out (steps.complete);
+-- so do we. NULL: a step stored by an older xprosql, kept.
+steps AS (
+    SELECT * FROM every_step WHERE complete IS NOT false
 ),
 memory_bound AS (
 -- @include ops.memory_bound

@@ -20,8 +20,13 @@
 --   busy_ps  BIGINT  time the device ran an op inside the step, ps
 --   idle_ps  BIGINT  wall_ps - busy_ps
 --   busy_fraction  DOUBLE  busy_ps / wall_ps
-WITH steps AS (
+WITH every_step AS (
 -- @include steps.steps
+),
+-- XProf leaves the incomplete first and last steps of a long trace out (steps.complete);
+-- so do we. NULL: a step stored by an older xprosql, kept.
+steps AS (
+    SELECT * FROM every_step WHERE complete IS NOT false
 )
 SELECT
     s.profile_id, p.host, p.tags, s.device, s.device_kind, s.step_index, s.step, s.source,

@@ -63,8 +63,13 @@
 --   (the ten *_ps category columns sum to step_ps)
 --   flop_capacity  DOUBLE  devices.peak_flops_per_s x step time: the FLOPs the device could do, FLOP
 --   byte_capacity  DOUBLE  devices.peak_hbm_bytes_per_s x step time: the HBM bytes it could move, bytes
-WITH steps AS MATERIALIZED (
+WITH every_step AS (
 -- @include steps.steps
+),
+-- XProf leaves the incomplete first and last steps of a long trace out (steps.complete);
+-- so do we. NULL: a step stored by an older xprosql, kept.
+steps AS MATERIALIZED (
+    SELECT * FROM every_step WHERE complete IS NOT false
 ),
 async_ops AS MATERIALIZED (
 -- @include async.async_ops

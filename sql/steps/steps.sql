@@ -8,9 +8,18 @@
 --                    tf.profiler.experimental.Trace(step_num=...)), for every device
 --   profiler_step    PyTorch `ProfilerStep#N` annotations on the host, for every device
 --   profile          none of these: the whole profile, [0, duration_ps), is one step
--- A step runs from its start to the next step's start on the same device, the
--- last to its own end: time between two steps (the host preparing the next
--- one) belongs to the earlier step, as in XProf's step time.
+-- A step is its marker's own interval, start to end as recorded: the Steps line
+-- event, the span of the ops of a group_id, the step annotation (its first start to
+-- its last end when several events carry the step number), the ProfilerStep#N
+-- event. Time between two steps (the host preparing the next one) belongs to no
+-- step, as in XProf's step time (the longest step marker of the step) and
+-- PyTorch's ProfilerStep#N durations.
+--
+-- Incomplete steps: XProf's overview page (its step database, built with
+-- maybe_drop_incomplete_steps) drops the first and the last step when there are more
+-- than 5, since a capture window can cut them (and CUPTI set-up prolongs the first).
+-- Those steps are kept here with complete = false: an analysis that averages or
+-- ranks steps filters on `complete` to leave them out, as XProf does.
 --
 -- A device is busy while one of its ops runs: TPU `XLA Ops` events; GPU kernels,
 -- copies and memsets (tables kernels, memcpys); in a profile without
@@ -30,11 +39,12 @@
 --   step_name  VARCHAR  step name as recorded (Steps line event or step_name stat, annotation name)
 --   source  VARCHAR  where the step came from: steps_line, group_id, step_annotation, profiler_step, profile
 --   start_ps  BIGINT  step start, ps from profiles.start_ns
---   end_ps  BIGINT  step end (the next step's start, or the step's own end for the last one), ps
+--   end_ps  BIGINT  step end: the marker's own end, ps
 --   wall_ps  BIGINT  end_ps - start_ps
 --   busy_ps  BIGINT  time inside the step when at least one op of the device runs, ps
 --   idle_ps  BIGINT  wall_ps - busy_ps
 --   busy_fraction  DOUBLE  busy_ps / wall_ps (XProf's duty cycle); NULL for an empty step
+--   complete  BOOLEAN  false for a step XProf's overview drops as incomplete: the first or last of more than 5 on its device
 WITH chosen_profiles AS (
     SELECT p.profile_id, p.duration_ps FROM profiles AS p
 ),
@@ -137,14 +147,23 @@ chosen AS (
     FROM candidates
     QUALIFY source_rank = min(source_rank) OVER (PARTITION BY profile_id, device_id)
 ),
-windows AS (
+-- Each step keeps its own interval; XProf's rule (ConvertStepEventsToStepDb,
+-- kDropIncomplteteStepThreshold = 5): of more than 5 steps, the first and the last
+-- are incomplete.
+numbered AS (
     SELECT
         profile_id, device_id, source, step, step_name,
         row_number() OVER w - 1 AS step_index,
+        count(*) OVER (PARTITION BY profile_id, device_id) AS device_steps,
         raw_start_ps AS start_ps,
-        coalesce(lead(raw_start_ps) OVER w, raw_end_ps) AS end_ps
+        raw_end_ps AS end_ps
     FROM chosen
-    WINDOW w AS (PARTITION BY profile_id, device_id ORDER BY raw_start_ps, step)
+    WINDOW w AS (PARTITION BY profile_id, device_id ORDER BY raw_start_ps, step, raw_end_ps)
+),
+windows AS (
+    SELECT profile_id, device_id, source, step, step_name, step_index, start_ps, end_ps,
+        NOT (device_steps > 5 AND (step_index = 0 OR step_index = device_steps - 1)) AS complete
+    FROM numbered
 ),
 -- Busy intervals merged per device, with the busy time before each: busy time
 -- up to any instant t is then one ASOF lookup, whatever the number of ops.
@@ -187,7 +206,8 @@ SELECT
     a.end_ps - a.start_ps AS wall_ps,
     CAST(a.busy_before_end - a.busy_before_start AS BIGINT) AS busy_ps,
     CAST((a.end_ps - a.start_ps) - (a.busy_before_end - a.busy_before_start) AS BIGINT) AS idle_ps,
-    (a.busy_before_end - a.busy_before_start) / nullif(a.end_ps - a.start_ps, 0) AS busy_fraction
+    (a.busy_before_end - a.busy_before_start) / nullif(a.end_ps - a.start_ps, 0) AS busy_fraction,
+    a.complete
 FROM at_end AS a
 JOIN busy_devices AS b USING (profile_id, device_id)
 ORDER BY a.profile_id, a.device_id, a.step_index

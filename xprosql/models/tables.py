@@ -289,7 +289,7 @@ TABLES: dict[str, pa.Schema] = {
         _col("device_id", pa.int32(), "devices.device_id of the busy device"),
         _col("device", pa.string(), "device name, e.g. /device:TPU:0"),
         _col("device_kind", pa.string(), "tpu, gpu, or host (a profile without accelerators)"),
-        _col("step_index", pa.int64(), "0-based position of the step on its device, by start (incomplete steps count)"),
+        _col("step_index", pa.int64(), "0-based position of the step on its device, by start"),
         _col("step", pa.int64(), "step number as recorded (step_num, group_id, N of ProfilerStep#N)"),
         _col("step_name", pa.string(), "step name as recorded"),
         _col("source", pa.string(), "where the step came from: steps_line, group_id, step_annotation, profiler_step, profile"),
