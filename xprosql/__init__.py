@@ -30,8 +30,8 @@ from xprosql.run import Run, load
 __all__ = [
     "AnalysisError",
     "IngestError",
-    "NotApplicableWarning",
     "IngestReport",
+    "NotApplicableWarning",
     "ParameterError",
     "QueryError",
     "Result",

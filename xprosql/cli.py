@@ -13,15 +13,18 @@ Example:
 from __future__ import annotations
 
 import argparse
+import json
 import signal
 import sys
 import tempfile
+import warnings
 from collections.abc import Mapping, Sequence
 from importlib import resources
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 import polars as pl
+import pyarrow as pa
 import pyarrow.parquet as pq
 
 from xprosql._version import __version__
@@ -38,7 +41,89 @@ DEMO_PROFILE = "tpu_v6e_inference.xplane.pb"
 
 def _print_table(result: Result, *, max_rows: int = 50) -> None:
     with pl.Config(tbl_rows=max_rows, fmt_str_lengths=70, tbl_width_chars=200, tbl_hide_dataframe_shape=True):
-        print(result.pl())
+        print(_frame(result.arrow(), nested_as_json=False))
+
+
+def _frame(table: pa.Table, *, nested_as_json: bool) -> pl.DataFrame:
+    """A result as a frame that every output format takes: binary values as hex text (at any depth), a map whose
+    keys are not text as its entries (a list of key, value structs), nested values (lists, structs, maps) as JSON
+    text when ``nested_as_json`` (CSV has no nesting), and values of types Polars cannot hold (intervals,
+    unions) as text."""
+    columns = []
+    for name, column in zip(table.column_names, table.columns):
+        type_ = column.type
+        if nested_as_json and pa.types.is_nested(type_):
+            texts = [None if v is None else json.dumps(_plain(v, type_, objects=True), default=_json_default,
+                                                       ensure_ascii=False) for v in column.to_pylist()]
+            column = pa.chunked_array([pa.array(texts, pa.string())])
+        elif _output_type(type_) != type_:
+            column = pa.chunked_array([pa.array([_plain(v, type_) for v in column.to_pylist()], _output_type(type_))])
+        try:
+            columns.append(pl.from_arrow(column).alias(name))  # type: ignore[union-attr]
+        except (pl.exceptions.PolarsError, pa.ArrowException, TypeError, ValueError):
+            columns.append(pl.Series(name, [None if v is None else str(v) for v in column.to_pylist()], pl.String))
+    return pl.DataFrame(columns)
+
+
+def _is_binary(type_: pa.DataType) -> bool:
+    return (pa.types.is_binary(type_) or pa.types.is_large_binary(type_) or pa.types.is_fixed_size_binary(type_)
+            or getattr(pa.types, "is_binary_view", _never)(type_))
+
+
+def _is_text(type_: pa.DataType) -> bool:
+    return (pa.types.is_string(type_) or pa.types.is_large_string(type_)
+            or getattr(pa.types, "is_string_view", _never)(type_))
+
+
+def _never(type_: pa.DataType) -> bool:
+    return False
+
+
+def _output_type(type_: pa.DataType) -> pa.DataType:
+    """``type_`` as the output holds it: binary as string (hex text), a map whose keys are not text (after that)
+    as a list of its entries, at any depth."""
+    if _is_binary(type_):
+        return pa.string()
+    if pa.types.is_map(type_):
+        key, item = _output_type(type_.key_type), _output_type(type_.item_type)
+        return pa.map_(key, item) if _is_text(key) else pa.list_(pa.struct([("key", key), ("value", item)]))
+    if pa.types.is_struct(type_):
+        return pa.struct([field.with_type(_output_type(field.type)) for field in type_])
+    if pa.types.is_large_list(type_):
+        return pa.large_list(_output_type(type_.value_type))
+    if pa.types.is_fixed_size_list(type_):
+        return pa.list_(_output_type(type_.value_type), type_.list_size)
+    if pa.types.is_list(type_):
+        return pa.list_(_output_type(type_.value_type))
+    return type_
+
+
+def _plain(value: Any, type_: pa.DataType, *, objects: bool = False) -> Any:
+    """The Python value of an Arrow value of ``type_`` in :func:`_output_type` (bytes as hex text at any depth),
+    or with ``objects`` as JSON writes it (a map as an object of text keys, else as [key, value] pairs)."""
+    if value is None:
+        return None
+    if isinstance(value, (bytes, bytearray, memoryview)):
+        return bytes(value).hex()
+    if pa.types.is_map(type_):
+        pairs = [(_plain(k, type_.key_type, objects=objects), _plain(v, type_.item_type, objects=objects))
+                 for k, v in value]
+        text_keys = _is_text(_output_type(type_.key_type))
+        if objects:
+            return dict(pairs) if text_keys and all(isinstance(k, str) for k, _ in pairs) else [list(p) for p in pairs]
+        return pairs if text_keys else [{"key": k, "value": v} for k, v in pairs]
+    if pa.types.is_struct(type_):
+        return {field.name: _plain(value.get(field.name), field.type, objects=objects) for field in type_}
+    if isinstance(value, list) and type_.num_fields == 1:
+        return [_plain(v, type_.field(0).type, objects=objects) for v in value]
+    return value
+
+
+def _json_default(value: Any) -> Any:
+    """JSON of what json does not write: dates and times as ISO text, anything else (decimals, ...) as its text."""
+    if hasattr(value, "isoformat"):
+        return value.isoformat()
+    return str(value)
 
 
 def _parse_tags(pairs: Sequence[str]) -> dict[str, str]:
@@ -69,7 +154,7 @@ def _cmd_ingest(args: argparse.Namespace) -> int:
         for item in report.skipped:
             print(f"already present {item.path} (profile {item.profile_id})")
     for path, reason in report.failed:  # at the end, after the progress bar: the list to act on
-        print(f"error: {path}: {reason}", file=sys.stderr)
+        print(f"error: {path}: {_one_line(reason)}", file=sys.stderr)
     print(f"{len(report.ingested)} ingested, {len(report.skipped)} already present, {len(report.failed)} failed")
     if report.compaction is not None and report.compaction.packs_written:
         print(f"compacted: {report.compaction}")
@@ -136,6 +221,8 @@ def _guess(value: str) -> int | float | str:
 
 
 def _cmd_sql(args: argparse.Namespace) -> int:
+    if args.format == "parquet" and not args.out and not args.show:
+        raise XprosqlError("--format parquet needs --out FILE")
     if args.analysis:
         from xprosql.engine.library import library
 
@@ -156,19 +243,20 @@ def _cmd_sql(args: argparse.Namespace) -> int:
         result = run.sql(args.query, _parse_params(args.param) or None)
     if args.format == "table":
         _print_table(result, max_rows=args.max_rows)
-        return 0
-    frame = result.pl()
-    if args.format == "parquet":
-        if not args.out:
-            raise XprosqlError("--format parquet needs --out FILE")
+    elif args.format == "parquet":
         pq.write_table(result.arrow(), args.out, compression="zstd")
-    elif args.format == "csv":
-        text = frame.write_csv()
-        Path(args.out).write_text(text) if args.out else sys.stdout.write(text)
     else:
-        text = frame.write_json()
-        Path(args.out).write_text(text) if args.out else print(text)
+        _write(_frame(result.arrow(), nested_as_json=args.format == "csv"), args.format, args.out)
     return 0
+
+
+def _write(frame: pl.DataFrame, format_: str, out: str | None) -> None:
+    """``frame`` as CSV or JSON (an array of row objects) to the file ``out``, else to stdout."""
+    text = frame.write_csv() if format_ == "csv" else frame.write_json() + "\n"
+    if out:
+        Path(out).write_text(text)
+    else:
+        sys.stdout.write(text)
 
 
 def _cmd_roofline(args: argparse.Namespace) -> int:
@@ -187,10 +275,10 @@ def _cmd_roofline(args: argparse.Namespace) -> int:
         peaks.update(peak_hbm_bytes_per_s=args.peak_hbm_bandwidth, peak_source="user")
     run = load(args.dir)
     frame = run.roofline(profiles=args.profile or None, top=args.top, **peaks).pl()  # type: ignore[arg-type]
-    if args.format == "csv":
-        sys.stdout.write(frame.write_csv())
-    elif args.format == "json":
-        print(frame.write_json())
+    if args.out:
+        _check_drawable(frame, args.profile[0] if args.profile else None)
+    if args.format in ("csv", "json"):
+        _write(_frame(frame.to_arrow(), nested_as_json=args.format == "csv"), args.format, None)
     else:
         shown = frame.select(
             "row_kind", pl.col("profile_id").str.slice(0, 8), "device_kind", pl.coalesce("op", "module").alias("op"),
@@ -208,6 +296,18 @@ def _cmd_roofline(args: argparse.Namespace) -> int:
         path = plot_roofline(frame, args.out, profile_id=args.profile[0] if args.profile else None)
         print(f"wrote {path}", file=sys.stderr)
     return 0
+
+
+def _check_drawable(frame: pl.DataFrame, profile_id: str | None) -> None:
+    """Raise, naming the options that give them, unless a profile of ``frame`` has both peaks a chart needs."""
+    totals = frame.filter(pl.col("row_kind") == "profile")
+    if profile_id is not None:
+        totals = totals.filter(pl.col("profile_id") == profile_id)
+    if totals.filter(pl.col("peak_flops_per_s").is_not_null() & pl.col("peak_hbm_bytes_per_s").is_not_null()).is_empty():
+        which = f"profile {profile_id} has no device" if profile_id else "no profile has a device"
+        raise XprosqlError(f"roofline --out: {which} with known peak FLOP/s and memory bandwidth to draw "
+                           "the roofs (CPU profiles record none): give --peak-flops FLOP/S and --peak-hbm-bandwidth "
+                           "BYTES/S, or --measure-cpu-peaks on the machine the profiles were taken on")
 
 
 def _cmd_tables(args: argparse.Namespace) -> int:
@@ -233,7 +333,7 @@ def _cmd_demo(args: argparse.Namespace) -> int:
         report = ingest(sample_path, into=warehouse)
         if not report.ok:
             for path, reason in report.failed:
-                print(f"error: {path}: {reason}", file=sys.stderr)
+                print(f"error: {path}: {_one_line(reason)}", file=sys.stderr)
             return 1
         run = load(warehouse)
         print(f"Ingested the bundled TPU v6e sample ({DEMO_PROFILE}) into {warehouse}\n")
@@ -281,7 +381,7 @@ def _cmd_record(args: argparse.Namespace) -> int:
     assert recording.path is not None  # set once the recording has ended
     report = ingest(recording.path, into=args.into)
     for path, reason in report.failed:
-        print(f"error: {path}: {reason}", file=sys.stderr)
+        print(f"error: {path}: {_one_line(reason)}", file=sys.stderr)
     return exit_code or (0 if report.ok else 1)
 
 
@@ -301,8 +401,15 @@ def _cmd_report(args: argparse.Namespace) -> int:
 
 
 
+class _Parser(argparse.ArgumentParser):
+    """Mistakes in the arguments as one line, ``error: ...``, and exit status 2, as every other user error."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"error: {self.prog}: {_one_line(message)} (see {self.prog} --help)\n")
+
+
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="xprosql", description="ML accelerator profiles as Parquet tables, analysed with SQL.")
+    parser = _Parser(prog="xprosql", description="ML accelerator profiles as Parquet tables, analysed with SQL.")
     parser.add_argument("--version", action="version", version=f"xprosql {__version__}")
     commands = parser.add_subparsers(dest="command", required=True)
 
@@ -378,19 +485,39 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Run the command line with ``argv``; returns the exit code."""
+    """Run the command line with ``argv``; returns the exit code.
+
+    A user error (a missing directory, bad SQL, an unknown analysis or parameter, a value no
+    output can hold, a file that cannot be written) prints one line ``error: ...`` on stderr
+    and returns 2; only a bug of xprosql shows a traceback.
+    """
     args = _parser().parse_args(argv)
-    try:
-        return args.func(args)
-    except (XprosqlError, KeyError, OSError) as exc:
-        message = exc.args[0] if isinstance(exc, KeyError) and exc.args else exc
-        print(f"error: {message}", file=sys.stderr)
-        return 2
-    except Exception as exc:  # duckdb errors: show the message, not a traceback
-        if type(exc).__module__.startswith(("duckdb", "_duckdb")):
-            print(f"error: {exc}", file=sys.stderr)
-            return 2
-        raise
+    # What a command warns of (an analysis with no rows for some profiles, ...) comes as a line each after its
+    # output; but a recorded program's warnings are its own.
+    recording = args.func is _cmd_record
+    with warnings.catch_warnings(record=not recording) as caught:
+        if not recording:
+            warnings.simplefilter("default")
+        try:
+            code = args.func(args)
+        except (XprosqlError, KeyError, OSError, ImportError, pl.exceptions.PolarsError, pa.ArrowException) as exc:
+            message = exc.args[0] if isinstance(exc, KeyError) and exc.args else exc
+            print(f"error: {_one_line(str(message))}", file=sys.stderr)
+            return 2  # the error says what went wrong: the warnings on the way there are left out
+        except Exception as exc:  # duckdb errors: show the message, not a traceback
+            if type(exc).__module__.startswith(("duckdb", "_duckdb")):
+                print(f"error: {_one_line(str(exc))}", file=sys.stderr)
+                return 2
+            raise
+    for text in dict.fromkeys(_one_line(str(w.message)) for w in caught or []):
+        print(f"warning: {text}", file=sys.stderr)
+    return code
+
+
+def _one_line(message: str) -> str:
+    """A message of several lines (DuckDB's: the query line, a caret under it) as one."""
+    lines = [line.strip() for line in message.strip().splitlines()]
+    return " ".join(line for line in lines if line.strip("^ ")) or message.strip()
 
 
 def entry() -> None:

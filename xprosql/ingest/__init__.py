@@ -27,6 +27,7 @@ import json
 import mmap
 import multiprocessing
 import os
+import re
 import signal
 import sys
 import time
@@ -65,8 +66,12 @@ METADATA_FILE = "xprosql.json"
 
 XSPACE_SUFFIX = ".xplane.pb"
 JSON_SUFFIXES = (".json", ".json.gz")
-# XProf writes <host>.trace.json.gz beside <host>.xplane.pb: a lossy view of the same profile.
+# XProf writes <host>.trace.json.gz beside <host>.xplane.pb: a lossy view of the same profile;
+# jax.profiler.trace(create_perfetto_trace=True) perfetto_trace.json.gz beside it, another.
 _DERIVED_TRACE_SUFFIX = ".trace.json.gz"
+_PERFETTO_TRACE = "perfetto_trace.json.gz"
+# torch.profiler.tensorboard_trace_handler names its files <host>_<pid>.<ns>.pt.trace.json[.gz].
+_TENSORBOARD_TRACE = re.compile(r"^(?P<host>.+)_\d+\.\d+\.pt\.trace\.json(\.gz)?$")
 
 
 @dataclass(frozen=True)
@@ -137,6 +142,8 @@ def _is_profile_file(path: Path) -> bool:
     if name.endswith(_DERIVED_TRACE_SUFFIX):
         sibling = path.with_name(name[: -len(_DERIVED_TRACE_SUFFIX)] + XSPACE_SUFFIX)
         return not sibling.exists()
+    if name == _PERFETTO_TRACE:
+        return not any(path.parent.glob(f"*{XSPACE_SUFFIX}"))
     return True
 
 
@@ -145,7 +152,8 @@ def find_profiles(source: str | os.PathLike[str]) -> list[Path]:
 
     A directory yields its ``*.xplane.pb`` (XSpace) and ``*.json`` / ``*.json.gz``
     (Kineto) files, except the ``<host>.trace.json.gz`` XProf derives from a
-    ``<host>.xplane.pb`` beside it.
+    ``<host>.xplane.pb`` beside it, and the ``perfetto_trace.json.gz`` JAX writes beside
+    one. Such a file found without its ``.xplane.pb``, or named, fails its ingest saying so.
     """
     path = Path(source)
     if path.is_dir():
@@ -173,8 +181,15 @@ def _decoder(path: Path, head: bytes) -> _Decoder:
 
 
 def _run_and_host(path: Path) -> tuple[str | None, str]:
-    """jax.profiler.trace writes <logdir>/plugins/profile/<run>/<host>.xplane.pb."""
+    """The run and the host of a file, from its path: the host when the file does not say it (an XSpace's
+    hostnames, a Kineto trace's host_name win).
+
+    jax.profiler.trace writes <logdir>/plugins/profile/<run>/<host>.xplane.pb;
+    torch.profiler.tensorboard_trace_handler <dir>/<host>_<pid>.<ns>.pt.trace.json.
+    """
     host = path.name
+    if match := _TENSORBOARD_TRACE.match(host):
+        host = match["host"]
     for suffix in (XSPACE_SUFFIX, *JSON_SUFFIXES[::-1]):
         if host.endswith(suffix):
             host = host[: -len(suffix)]

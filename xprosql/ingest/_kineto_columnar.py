@@ -53,7 +53,8 @@ def decode(data: bytes, source: str) -> Iterator[tuple[str, pa.RecordBatch]]:
 
     Anything that is not a well-formed trace (corrupt gzip or JSON, no traceEvents) is
     :class:`Irregular` too: the reference path then raises the :class:`IngestError` that says
-    what is wrong, as it does for every file it is given.
+    what is wrong, as it does for every file it is given. An XProf trace-viewer JSON raises
+    that error here, as both paths do (:func:`common.check_not_xprof`).
     """
     try:
         trace, scanned = _scan(data)
@@ -67,7 +68,7 @@ def decode(data: bytes, source: str) -> Iterator[tuple[str, pa.RecordBatch]]:
         texts = [str(view[lo:hi], "utf-8") for lo, hi in strings.tolist()]
     except UnicodeDecodeError:
         raise Irregular from None
-    decoder = _Decoder(trace, (kinds, values, arg_count), args, texts)
+    decoder = _Decoder(trace, (kinds, values, arg_count), args, texts, source)
     del view, arena, kinds, values, arg_count, args, scanned  # the decoder frees them
     try:
         decoder.prepare()
@@ -198,8 +199,8 @@ class _Decoder:
     """One trace's scanned arrays in (:meth:`prepare`), its tables out (:meth:`batches`)."""
 
     def __init__(self, trace: dict[str, Any], events: tuple[np.ndarray, np.ndarray, np.ndarray],
-                 args: list[np.ndarray], texts: list[str]) -> None:
-        self.trace, self.s = trace, args  # self.s[scan.S_*]: a column of the arg rows
+                 args: list[np.ndarray], texts: list[str], source: str) -> None:
+        self.trace, self.s, self.source = trace, args, source  # self.s[scan.S_*]: a column of the arg rows
         self.kinds, self.values, self.arg_count = events
         self.floats = self.values.view(np.float64)  # the values of float fields: their bits
         self.stat_floats = args[scan.S_A].view(np.float64)  # likewise
@@ -313,7 +314,8 @@ class _Decoder:
         gpu_pids = {pairs[p][0] for p in np.unique(pair_of[on_gpu]).tolist()}
         unique, first = np.unique(pair_of[on_tracks], return_index=True)  # tracks in order of first event
         track_order = dict.fromkeys(pairs[p] for p in unique[np.argsort(first)].tolist())
-        self.layout = common.layout(self.trace, gpu_pids=gpu_pids, metadata=metadata, track_order=track_order)
+        self.layout = common.layout(self.trace, gpu_pids=gpu_pids, metadata=metadata, track_order=track_order,
+                                    source=self.source)
         return np.array([self.layout.track_of.get(p, -1) for p in pairs], np.int32)[pair_of]
 
     def _keep(self, kept: np.ndarray, track_of_row: np.ndarray, start_ps: np.ndarray, dur_ps: np.ndarray) -> None:

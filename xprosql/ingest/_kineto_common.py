@@ -14,7 +14,8 @@ import zlib
 from collections import Counter
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
-from typing import Any, cast
+from pathlib import PurePath
+from typing import Any, TypeGuard, cast
 
 import msgspec
 import numpy as np
@@ -166,35 +167,79 @@ class Layout:
     device_rows: list[list]
     device_stat_rows: list[tuple]
     track_rows: list[list]
+    #: metadata (M) events of processes that are no device, by reason (counted in profiles.drop_reasons)
+    dropped: Counter[str]
 
 
-def process_metadata(events: Iterator[tuple[Any, Any, Any, Any]]) -> tuple[dict, dict, dict]:
+@dataclass
+class Metadata:
+    """What the M events of a trace say: per process (its M events' args), per thread, and how many there are."""
+
+    process_meta: dict[Any, list[tuple[str, Any]]]
+    thread_names: dict[tuple[Any, Any], str]
+    thread_sort: dict[tuple[Any, Any], int]
+    events_of: Counter[Any]  # M events per pid, thread ones included
+    process_events: Counter[tuple[Any, str]]  # process M events (not thread_name, thread_sort_index) per pid and name
+
+
+def process_metadata(events: Iterator[tuple[Any, Any, Any, Any]]) -> Metadata:
     """Process metadata, thread names and thread sort indices from (name, pid, tid, args) of M events."""
-    process_meta: dict[Any, list[tuple[str, Any]]] = {}
-    thread_names: dict[tuple[Any, Any], str] = {}
-    thread_sort: dict[tuple[Any, Any], int] = {}
+    metadata = Metadata({}, {}, {}, Counter(), Counter())
     for name, pid, tid, args in events:
         args = args if isinstance(args, dict) else {}
+        metadata.events_of[pid] += 1
         if name == "thread_name" and "name" in args:
-            thread_names[(pid, tid)] = str(args["name"])
+            metadata.thread_names[(pid, tid)] = str(args["name"])
         elif name == "thread_sort_index" and (sort_index := to_int(args.get("sort_index"))) is not None:
-            thread_sort[(pid, tid)] = sort_index
+            metadata.thread_sort[(pid, tid)] = sort_index
         else:
-            process_meta.setdefault(pid, []).extend((str(name), value) for value in args.values())
-    return process_meta, thread_names, thread_sort
+            metadata.process_meta.setdefault(pid, []).extend((str(name), value) for value in args.values())
+            metadata.process_events[(pid, str(name))] += 1
+    return metadata
 
 
-def layout(trace: Mapping[str, Any], *, gpu_pids: set[Any], metadata: tuple[dict, dict, dict],
-           track_order: dict[tuple[Any, Any], None]) -> Layout:
-    """Devices: every GPU the trace mentions, then host processes, then other pids ("Spans", ...); then tracks."""
-    process_meta, thread_names, thread_sort = metadata
+class _Host:
+    """The pid of the host device made for Kineto's own spans when the trace has no host process."""
+
+    def __repr__(self) -> str:
+        return "<host>"
+
+
+_HOST = _Host()
+
+
+def layout(trace: Mapping[str, Any], *, gpu_pids: set[Any], metadata: Metadata,
+           track_order: dict[tuple[Any, Any], None], source: str) -> Layout:
+    """Devices: every GPU the trace mentions, then the host processes; then tracks.
+
+    A device is a process with events (or a GPU of deviceProperties). Kineto's own spans
+    and markers ("PyTorch Profiler (0)", "Iteration Start: ...", "Record Window End") have
+    string pids ("Spans", "Traces", ""): no device, their tracks go on the host (the process
+    labelled CPU, else the first host process; a /host:CPU made for them when there is
+    none), their process's sort index to the tracks' ``sort_index``. A process with metadata
+    only (Kineto names and labels every GPU slot, "GPU 0" ... "GPU 15") is no device: its M
+    events are counted in the drop reasons, as are string pids' other process metadata.
+    Raises :class:`IngestError` for an XProf trace-viewer JSON (:func:`check_not_xprof`).
+    """
+    check_not_xprof(trace, metadata, source)
+    process_meta, thread_names, thread_sort = metadata.process_meta, metadata.thread_names, metadata.thread_sort
     properties = {p.get("id"): p for p in trace.get("deviceProperties") or [] if isinstance(p, dict)}
-    gpu_ids = sorted({p for p in gpu_pids if isinstance(p, int)} | {i for i in properties if isinstance(i, int)})
+    gpu_ids = sorted({p for p in gpu_pids if _is_pid(p)} | {i for i in properties if _is_pid(i)})
+    keys = list(track_order) + [k for k in thread_names if k not in track_order]
     pids: list[Any] = list(gpu_ids)
-    for pid in [key[0] for key in track_order] + list(process_meta):
-        if pid not in pids:
-            pids.append(pid)
+    kineto_pids: list[Any] = []  # string pids with tracks, in order
+    for pid, _ in keys:
+        seen = pids if _is_pid(pid) else kineto_pids
+        if pid not in seen:
+            seen.append(pid)
+    hosts = [pid for pid in pids if pid not in gpu_ids]
+    labelled = [pid for pid in hosts if ("process_labels", "CPU") in process_meta.get(pid, [])]
+    host = (labelled or hosts or [None])[0]
+    if host is None and kineto_pids:
+        host = _HOST
+        pids.append(host)
     device_of = {pid: device_id for device_id, pid in enumerate(pids)}
+    dropped: Counter[str] = Counter()
     device_rows, device_stat_rows = [], []
     for device_id, pid in enumerate(pids):
         device_rows.append(_device_row(device_id, pid, is_gpu=pid in gpu_ids, props=properties.get(pid)))
@@ -202,18 +247,40 @@ def layout(trace: Mapping[str, Any], *, gpu_pids: set[Any], metadata: tuple[dict
             device_stat_rows.append(stat_row((device_id,), name, value))
         for name, value in (properties.get(pid) or {}).items():
             device_stat_rows.append(stat_row((device_id,), f"deviceProperties.{name}", value))
+    process_sort: dict[Any, int | None] = {}
+    for pid in kineto_pids:
+        device_of[pid] = device_of[host]
+        process_sort[pid] = next((to_int(value) for name, value in process_meta.get(pid, [])
+                                  if name == "process_sort_index" and to_int(value) is not None), None)
+        other = sum(n for (p, name), n in metadata.process_events.items() if p == pid and name != "process_sort_index")
+        if other:
+            dropped["M events of Kineto's own pids (strings such as 'Spans') other than names and sort indices"] += other
+    no_device = sum(n for pid, n in metadata.events_of.items() if pid not in device_of)
+    if no_device:
+        dropped["M events of processes without events or deviceProperties: no device "
+                "(such as Kineto's labels of GPU slots)"] += no_device
 
     track_of: dict[tuple[Any, Any], int] = {}
     track_rows: list[list] = []
-    for key in list(track_order) + [k for k in thread_names if k not in track_order]:
+    for key in keys:
         pid, tid = key
         track_id = len(track_rows)
         track_of[key] = track_id
         stream_id = to_int(tid) if pid in gpu_ids else None
+        if pid in process_sort:  # Kineto's own: on the host, named after its thread, else its pid
+            name = thread_names.get(key) or str(tid if tid is not None else "") or str(pid) or "Kineto"
+            track_rows.append([device_of[pid], track_id, to_int(tid), None, name, str(pid), None, None, 0,
+                               thread_sort.get(key, process_sort.get(pid)), None])
+            continue
         name = thread_names.get(key) or (f"Stream #{tid}" if stream_id is not None else str(tid))
         track_rows.append([device_of[pid], track_id, to_int(tid), None, name, None, None, None, 0,
                            thread_sort.get(key), stream_id])
-    return Layout(device_of, track_of, device_rows, device_stat_rows, track_rows)
+    return Layout(device_of, track_of, device_rows, device_stat_rows, track_rows, dropped)
+
+
+def _is_pid(pid: Any) -> TypeGuard[int]:
+    """A process id of a device: an integer (Kineto's own spans have string pids)."""
+    return isinstance(pid, int) and not isinstance(pid, bool)
 
 
 def events_table(columns: dict[str, pa.Array], n_events: int) -> pa.Table:
@@ -251,10 +318,11 @@ def tail(trace: Mapping[str, Any], layout_: Layout, tables: dict[str, pa.RecordB
     distributed_info = trace.get("distributedInfo")
     distributed = distributed_info if isinstance(distributed_info, dict) else {}
     recorder = trace.get(RECORDER_KEY) if isinstance(trace.get(RECORDER_KEY), dict) else None
+    dropped = dropped + layout_.dropped
     profile: dict[str, Any] = {name: None for name in TABLES["profiles"].names}
     profile.update(
         format="cupti" if recorder else "kineto",
-        host=recorder.get("host") if recorder else None,
+        host=host_name(trace),
         start_ns=start_ns,
         duration_ps=end_ps,
         n_events=n_events,
@@ -268,6 +336,42 @@ def tail(trace: Mapping[str, Any], layout_: Layout, tables: dict[str, pa.RecordB
         warnings=[],
     )
     yield "profiles", pa.RecordBatch.from_pylist([profile], schema=TABLES["profiles"])
+
+
+def host_name(trace: Mapping[str, Any]) -> str | None:
+    """The host the trace says it was taken on: Kineto's top-level ``host_name`` (PyTorch 2.x writes it), an
+    xprosql.cupti recording's ``host``; None when it says none (ingest then names the host after the file)."""
+    recorder = trace.get(RECORDER_KEY)
+    for value in (recorder.get("host") if isinstance(recorder, dict) else None, trace.get("host_name")):
+        if isinstance(value, str) and value.strip():
+            return value.strip()
+    return None
+
+
+_XPROF_PROCESS = re.compile(r"^/(host|device):")
+
+
+def check_not_xprof(trace: Mapping[str, Any], metadata: Metadata, source: str) -> None:
+    """Raise :class:`IngestError` if the trace is XProf's trace-viewer JSON, not a Kineto trace.
+
+    ``jax.profiler.trace`` (and TensorFlow) write ``<host>.trace.json.gz`` and, asked to,
+    ``perfetto_trace.json.gz`` beside ``<host>.xplane.pb``: Chrome-trace JSON like Kineto's,
+    but a lossy view of the XSpace, without the categories the analyses read. XProf writes
+    ``"displayTimeUnit": "ns"`` and processes named after planes (``/host:CPU``,
+    ``/device:TPU:0``), its trace viewer ``"metadata": {"highres-ticks": true}`` too; Kineto
+    always writes ``schemaVersion``.
+    """
+    if "schemaVersion" in trace or trace.get("displayTimeUnit") != "ns":
+        return
+    header = trace.get("metadata")
+    planes = any(name == "process_name" and isinstance(value, str) and _XPROF_PROCESS.match(value)
+                 for values in metadata.process_meta.values() for name, value in values)
+    if planes or (isinstance(header, dict) and header.get("highres-ticks") is True):
+        name = PurePath(source).name
+        xplane = f"{name[: -len('.trace.json.gz')]}.xplane.pb" if name.endswith(".trace.json.gz") else "*.xplane.pb"
+        raise IngestError(source, f"an XProf trace-viewer JSON (written beside the .xplane.pb by jax.profiler or "
+                                  f"TensorFlow), not a PyTorch/Kineto trace: ingest the {xplane} file of its "
+                                  f"directory instead, which holds the whole profile")
 
 
 def _device_row(device_id: int, pid: Any, *, is_gpu: bool, props: dict[str, Any] | None) -> list:
@@ -284,7 +388,5 @@ def _device_row(device_id: int, pid: Any, *, is_gpu: bool, props: dict[str, Any]
         chip = hardware.chip_for_model(model, memory_bytes=memory)
         peaks = (chip.peak_flops_per_s, chip.peak_hbm_bytes_per_s, "hardware_model") if chip else (None, None, None)
         return [device_id, pid, f"/device:GPU:{pid}", "gpu", pid, model, *peaks, sms, None, memory, capability, 0, 0]
-    kind = "host" if isinstance(pid, int) else "other"
-    name = "/host:CPU" if kind == "host" else str(pid)
-    return [device_id, pid if isinstance(pid, int) else None, name, kind, None, None, None, None, None,
+    return [device_id, pid if _is_pid(pid) else None, "/host:CPU", "host", None, None, None, None, None,
             None, None, None, None, 0, 0]

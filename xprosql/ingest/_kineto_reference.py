@@ -47,7 +47,7 @@ def decode_events(trace: dict[str, Any], events: list[Any], source: str) -> Iter
         start_ns = ts_ns if start_ns is None else min(start_ns, ts_ns)
     if start_ns is None:
         raise IngestError(source, "trace has no timed events (no X or i event with a numeric ts)")
-    layout = common.layout(trace, gpu_pids=gpu_pids, metadata=metadata, track_order=track_order)
+    layout = common.layout(trace, gpu_pids=gpu_pids, metadata=metadata, track_order=track_order, source=source)
     device_of, track_of, track_rows = layout.device_of, layout.track_of, layout.track_rows
 
     # Pass 2: events and what derives from them. Event columns are built as lists, one per column.

@@ -46,7 +46,7 @@ _STAT_VALUE_COLUMNS = [
 TABLES: dict[str, pa.Schema] = {
     "profiles": pa.schema([
         _col("source_path", pa.string(), "absolute path of the ingested file"),
-        _col("host", pa.string(), "host the profile was taken on (XSpace hostnames, else the file name)"),
+        _col("host", pa.string(), "host the profile was taken on (XSpace hostnames, Kineto host_name, else the file name: <host>_<pid>... of the TensorBoard handler)"),
         _col("run", pa.string(), "run directory of a jax.profiler.trace log (plugins/profile/<run>/)"),
         _col("tags", pa.map_(pa.string(), pa.string()), "user tags: ingest --tag k=v and xprosql.json files of the profile's directories; read one with tags['job']"),
         _col("format", _dict_str, "source format: xspace, kineto (PyTorch profiler JSON) or cupti (xprosql.cupti recording)"),

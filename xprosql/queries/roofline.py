@@ -497,7 +497,9 @@ def plot_roofline(
         profiles = profiles.filter(pl.col("device_kind") == device_kind)
     profiles = profiles.filter(pl.col("peak_flops_per_s").is_not_null() & pl.col("peak_hbm_bytes_per_s").is_not_null())
     if profiles.is_empty():
-        raise ValueError("no (profile, device kind) with known peaks to draw: pass peak_flops_per_s and peak_hbm_bytes_per_s")
+        raise ValueError("no (profile, device kind) with known peak FLOP/s and memory bandwidth to draw (CPU profiles "
+                         "record none): give roofline() peak_flops_per_s= and peak_hbm_bytes_per_s= (the command "
+                         "line: --peak-flops and --peak-hbm-bandwidth, or --measure-cpu-peaks)")
     total = profiles.sort("device_time_ps", descending=True, nulls_last=True).row(0, named=True)
     key = (pl.col("profile_id") == total["profile_id"]) & (pl.col("device_kind") == total["device_kind"])
     ops = frame.filter(key & (pl.col("row_kind") == "op"))
