@@ -8,6 +8,8 @@ flagged.
 
 from __future__ import annotations
 
+import subprocess
+import sys
 import warnings
 from pathlib import Path
 
@@ -25,9 +27,10 @@ def _share_columns(frame: pl.DataFrame) -> list[str]:
     return [c for c, t in frame.schema.items() if t.is_numeric() and c.endswith(("_share", "_fraction", "efficiency"))]
 
 
+@pytest.mark.parametrize("warehouse", ["jax_sharded_warehouse", "gloo_ddp_warehouse"])
 @pytest.mark.parametrize("analysis", [m.id for m in library().public() if not m.id.startswith("fleet.compare")])
-def test_no_share_exceeds_one_on_eight_cpu_devices(jax_sharded_warehouse: Path, analysis: str) -> None:
-    with xprosql.load(jax_sharded_warehouse) as run, warnings.catch_warnings():
+def test_no_share_exceeds_one(request: pytest.FixtureRequest, warehouse: str, analysis: str) -> None:
+    with xprosql.load(request.getfixturevalue(warehouse)) as run, warnings.catch_warnings():
         warnings.simplefilter("ignore", xprosql.NotApplicableWarning)
         params = ROOFS if set(ROOFS) <= set(library().parameters(library().module(analysis).id)) else {}
         frame = run.analysis(analysis, **params).pl()
@@ -121,6 +124,10 @@ def test_an_analysis_without_input_says_why(gloo_ddp_warehouse: Path) -> None:
         with warnings.catch_warnings():
             warnings.simplefilter("error", xprosql.NotApplicableWarning)
             assert len(run.steps()) > 0  # an analysis with rows for every profile says nothing
+    shell = subprocess.run([sys.executable, "-m", "xprosql.cli", "sql", str(gloo_ddp_warehouse), "--analysis",
+                            "temporal_breakdown", "--format", "csv"], capture_output=True, text=True)
+    assert shell.returncode == 0 and shell.stdout.startswith("profile_id,")
+    assert shell.stderr.splitlines() == [f"warning: {caught[0].message}"]
 
 
 def test_ops_above_a_roof_are_flagged(jax_sharded_warehouse: Path) -> None:
