@@ -1,16 +1,20 @@
--- hta.launch_stats: one row per GPU op launched by a CUDA call, with the call's
--- duration, the op's duration and the launch delay between them (HTA's CUDA
--- kernel launch statistics, docs/reference.md, HTA).
+-- hta.launch_stats: one row per GPU op launched by a CUDA or HIP call, with the
+-- call's duration, the op's duration and the launch delay between them (HTA's
+-- CUDA kernel launch statistics, docs/reference.md, HTA).
 --
 -- Built on hta_gpu_ops (included below, with its parameters). Launch calls are
--- cudaLaunchKernel, cudaLaunchKernelExC and MTIA's runFunction, plus
--- cudaMemcpyAsync and cudaMemsetAsync with $include_memory_events (HTA's
--- list). Launch delay = op start - (call start + call duration), at least 0.
+-- those xprosql_launch_kind names: HTA's list (cudaLaunchKernel,
+-- cudaLaunchKernelExC and MTIA's runFunction, plus cudaMemcpyAsync and
+-- cudaMemsetAsync with $include_memory_events) and its HIP counterparts
+-- (hipLaunchKernel, hipExtLaunchKernel, hipModuleLaunchKernel,
+-- hipExtModuleLaunchKernel, hipGraphLaunch; hipMemcpy*, hipMemset*;
+-- docs/reference.md, AMD GPUs). Launch delay = op start - (call start + call
+-- duration), at least 0.
 --
 -- Needs: GPU kernels or copies whose launching CUDA / HIP call is in the trace
 --
 -- Parameters:
---   $include_memory_events  BOOLEAN  count copies and memsets launched by cudaMemcpyAsync / cudaMemsetAsync (default: true)
+--   $include_memory_events  BOOLEAN  count copies and memsets launched by cudaMemcpyAsync / cudaMemsetAsync / hipMemcpy* / hipMemset* (default: true)
 --   $runtime_cutoff_ps      BIGINT   a call longer than this is a runtime outlier, ps; HTA's 50 us (default: 50000000)
 --   $launch_delay_cutoff_ps BIGINT   a delay longer than this is a launch-delay outlier, ps; HTA's 100 us (default: 100000000)
 --
@@ -20,9 +24,9 @@
 --   profile_id  VARCHAR  profile (profiles.profile_id)
 --   rank  BIGINT  distributed rank (profiles.rank)
 --   device_id  INTEGER  devices.device_id of the GPU
---   stream_id  BIGINT  CUDA stream of the op
---   correlation_id  BIGINT  CUPTI correlation id joining the call and the op
---   launch_name  VARCHAR  the CUDA call
+--   stream_id  BIGINT  CUDA/HIP stream of the op
+--   correlation_id  BIGINT  CUPTI (ROCm: roctracer) correlation id joining the call and the op
+--   launch_name  VARCHAR  the CUDA or HIP call
 --   name  VARCHAR  the op (kernel name, Memcpy ..., Memset ...)
 --   launch_start_ps  BIGINT  call start, ps
 --   cpu_dur_ps  BIGINT  call duration, ps
@@ -43,6 +47,6 @@ SELECT
     launch_dur_ps > CAST($runtime_cutoff_ps AS BIGINT) AS long_runtime,
     greatest(start_ps - launch_start_ps - launch_dur_ps, 0) > CAST($launch_delay_cutoff_ps AS BIGINT) AS long_delay
 FROM hta_gpu_ops
-WHERE launch_name IN ('cudaLaunchKernel', 'cudaLaunchKernelExC', 'runFunction - job_prep_and_submit_for_execution')
-   OR (CAST($include_memory_events AS BOOLEAN) AND launch_name IN ('cudaMemcpyAsync', 'cudaMemsetAsync'))
+WHERE xprosql_launch_kind(launch_name) = 'kernel'
+   OR (CAST($include_memory_events AS BOOLEAN) AND xprosql_launch_kind(launch_name) = 'memory')
 ORDER BY profile_id, device_id, launch_start_ps, correlation_id

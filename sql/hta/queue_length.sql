@@ -3,8 +3,9 @@
 -- launches an op on the stream, -1 when the op starts.
 --
 -- Built on hta_gpu_ops (included below, with its parameters). Launch calls are
--- the ones HTA counts (cuda*LaunchKernel*, cuLaunchKernel, runFunction,
--- cudaMemcpyAsync, cudaMemsetAsync and their HIP names); only ops with such a
+-- the ones HTA counts (cuda*LaunchKernel*, cuLaunchKernel, runFunction) and
+-- every call xprosql_launch_kind names (cudaMemcpyAsync, cudaMemsetAsync and the
+-- HIP launches and copies, docs/reference.md, AMD GPUs); only ops with such a
 -- call take part. One row per change; the value holds until the next row.
 --
 -- Passes: $include_last_step $us_rounding (to its includes, with their defaults and meaning)
@@ -25,8 +26,7 @@ WITH hta_gpu_ops AS (
 launched AS (
     SELECT * FROM hta_gpu_ops
     WHERE regexp_matches(launch_name, '(cuda.*LaunchKernel)|(cuLaunchKernel)|(^runFunction)')
-       OR launch_name IN ('cudaMemcpyAsync', 'cudaMemsetAsync', 'hipLaunchKernel', 'hipExtModuleLaunchKernel',
-                          'hipMemsetAsync', 'hipMemcpyAsync', 'hipMemcpyWithStream')
+       OR xprosql_launch_kind(launch_name) IS NOT NULL
 ),
 changes AS (
     SELECT profile_id, rank, device_id, stream_id, launch_start_ps AS ts_ps, 1 AS delta, event_id FROM launched

@@ -14,6 +14,11 @@
   NCCL / RCCL / HCCL kernels, PyTorch process-group annotations (``gloo:all_reduce``,
   ``nccl:broadcast``), ``c10d::`` ops and ``record_param_comms``. One definition, so every
   analysis counts the same events as communication.
+* ``xprosql_launch_kind(name VARCHAR)``: ``kernel`` or ``memory`` when an API call of that name
+  launches GPU work HTA's launch statistics count (CUDA: ``cudaLaunchKernel``,
+  ``cudaLaunchKernelExC``, MTIA's ``runFunction``; ``cudaMemcpyAsync``, ``cudaMemsetAsync``) or
+  its ROCm counterpart (``hip[Ext][Module]LaunchKernel``, ``hipGraphLaunch``; ``hipMemcpy*``,
+  ``hipMemset*``), else NULL (docs/reference.md, AMD GPUs). One list for every analysis.
 * ``hardware_models``: the published chip peaks of
   :mod:`xprosql.models.hardware`, one row per chip.
 
@@ -140,11 +145,21 @@ _COLLECTIVE_KINDS = """CASE
 END"""
 
 
+# HTA's CUDA launch names (its kernel launch statistics), then HIP's, which HTA lists only in part.
+_LAUNCH_KIND = """CASE
+    WHEN name IN ('cudaLaunchKernel', 'cudaLaunchKernelExC', 'runFunction - job_prep_and_submit_for_execution')
+      OR regexp_matches(name, '^hip(Ext)?(Module)?LaunchKernel$') OR name = 'hipGraphLaunch' THEN 'kernel'
+    WHEN name IN ('cudaMemcpyAsync', 'cudaMemsetAsync') OR regexp_matches(name, '^hipMem(cpy|set)') THEN 'memory'
+END"""
+
+
 def register_functions(con: duckdb.DuckDBPyConnection) -> None:
-    """Add ``xprosql_memory_access``, ``xprosql_collective`` and ``hardware_models`` to a DuckDB connection."""
+    """Add ``xprosql_memory_access``, ``xprosql_collective``, ``xprosql_launch_kind`` and ``hardware_models``
+    to a DuckDB connection."""
     con.execute(f"CREATE MACRO _xprosql_collective_kind(raw) AS {_COLLECTIVE_KINDS}")
     con.execute("CREATE MACRO xprosql_collective(name, category) AS "
                 f"_xprosql_collective_kind(lower(regexp_replace({_COLLECTIVE_NAME}, '[^A-Za-z]', '', 'g')))")
+    con.execute(f"CREATE MACRO xprosql_launch_kind(name) AS {_LAUNCH_KIND}")
     con.create_function(  # type: ignore[call-overload]  # duckdb's stubs know no arrow UDF
         "xprosql_memory_access", _memory_access_udf, ["BLOB"], _SQL_TYPE, type="arrow", side_effects=False
     )

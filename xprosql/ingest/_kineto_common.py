@@ -379,11 +379,10 @@ def _device_row(device_id: int, pid: Any, *, is_gpu: bool, props: dict[str, Any]
     if is_gpu:
         major, minor = to_int(props.get("computeMajor")), to_int(props.get("computeMinor"))
         sms, memory = to_int(props.get("numSms")), to_int(props.get("totalGlobalMem"))
-        capability = f"{major}.{minor}" if major is not None and minor is not None else None
-        model = props.get("name") if isinstance(props.get("name"), str) else None
-        if model is None and capability:
-            assert major is not None and minor is not None  # capability is set only when both are
-            model = hardware.gpu_model(compute_capability=(major, minor), sm_count=sms, memory_bytes=memory)
+        pair = (major, minor) if major is not None and minor is not None else None
+        capability = f"{major}.{minor}" if pair else None
+        name = props.get("name") if isinstance(props.get("name"), str) else None
+        model = hardware.device_model(name, compute_capability=pair, sm_count=sms, memory_bytes=memory)
         # Kineto records no peaks: the chip table's, when it knows the board.
         chip = hardware.chip_for_model(model, memory_bytes=memory)
         peaks = (chip.peak_flops_per_s, chip.peak_hbm_bytes_per_s, "hardware_model") if chip else (None, None, None)

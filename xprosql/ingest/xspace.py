@@ -805,14 +805,24 @@ def _device_row(device_id: int, plane: xplane_pb2.XPlane, stats: dict[str, Any],
     clock = _int_stat(stats, "clock_rate")
     memory = _int_stat(stats, "memory_size")
     major, minor = _int_stat(stats, "compute_cap_major"), _int_stat(stats, "compute_cap_minor")
+    vendor = stats.get("device_vendor") if isinstance(stats.get("device_vendor"), str) else None
     capability = None
     if major is not None and minor is not None:
         capability = f"{major}.{minor}"
-        model = model or hardware.gpu_model(compute_capability=(major, minor), sm_count=cores, memory_bytes=memory)
+        model = hardware.device_model(model, compute_capability=(major, minor), sm_count=cores, memory_bytes=memory,
+                                      vendor=vendor)
+        modelled = None
         if peak_flops is None and cores and clock:
-            peak_flops = hardware.gpu_peak_flops_per_s(compute_capability=(major, minor), sm_count=cores, clock_khz=clock)
-            if peak_flops is not None:
-                source = "hardware_model" if source is None else "profile+hardware_model"
+            modelled = hardware.gpu_peak_flops_per_s(compute_capability=(major, minor), sm_count=cores,
+                                                     clock_khz=clock, vendor=vendor)
+        # XProf's per-SM model knows NVIDIA's GPUs only: others (AMD) take their chip's published peaks.
+        chip = hardware.chip_for_model(model, memory_bytes=memory) if peak_flops is None and modelled is None else None
+        if chip is not None:
+            modelled = chip.peak_flops_per_s
+            peak_bw = chip.peak_hbm_bytes_per_s if peak_bw is None else peak_bw
+        if modelled is not None:
+            peak_flops = modelled
+            source = "hardware_model" if source is None else "profile+hardware_model"
     return (device_id, plane.id, plane.name, kind, ordinal, model, peak_flops, peak_bw, source,
             cores, clock, memory, capability, n_tracks, n_events)
 

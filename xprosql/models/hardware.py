@@ -3,9 +3,10 @@
 Profile stats always win over these tables (docs/reference.md, peak numbers). Two
 models live here:
 
-* :func:`gpu_peak_flops_per_s`: XProf's per-SM model of a GPU's FP32 peak from
-  the SM count, compute capability and clock an XSpace GPU plane records
-  (ingest fills ``devices.peak_flops_per_s`` with it).
+* :func:`gpu_peak_flops_per_s`: XProf's per-SM model of an NVIDIA GPU's FP32 peak
+  from the SM count, compute capability and clock an XSpace GPU plane records
+  (ingest fills ``devices.peak_flops_per_s`` with it; AMD GPUs take the chip
+  table's peak instead).
 * :data:`CHIPS`: published dense peaks per chip (bf16 matrix units or tensor
   cores, HBM bandwidth), matched on ``devices.model``. The roofline uses them
   when the ``devices`` row has no peak; :func:`hardware_models_table` is the
@@ -17,6 +18,8 @@ CPU peaks are not modelled: pass them, or measure this machine with
 Example:
     >>> gpu_model(compute_capability=(7, 0), sm_count=80, memory_bytes=16945512448)
     'Tesla V100'
+    >>> device_model("AMD Radeon Graphics", compute_capability=(9, 4), sm_count=304, memory_bytes=206141652992)
+    'AMD Instinct MI300X'
     >>> chip_for_model("TPU v6 Lite").name
     'TPU v6e'
     >>> chip_for_model("NVIDIA A100-SXM4-80GB").peak_hbm_bytes_per_s
@@ -37,6 +40,7 @@ __all__ = [
     "FP32_LANES_PER_SM",
     "Chip",
     "chip_for_model",
+    "device_model",
     "gpu_model",
     "gpu_peak_flops_per_s",
     "hardware_models_table",
@@ -52,30 +56,69 @@ FP32_LANES_PER_SM: dict[tuple[int, int], int] = {
     (9, 0): 128, (10, 0): 128, (12, 0): 128,
 }
 
-# (compute capability, SM count) -> marketing name; memory size splits H100 from H200.
-_GPU_NAMES: dict[tuple[tuple[int, int], int], str] = {
-    ((7, 0), 80): "Tesla V100",
-    ((7, 5), 40): "Tesla T4",
-    ((8, 0), 108): "A100",
-    ((8, 6), 84): "RTX A6000",
-    ((8, 9), 58): "L4",
-    ((9, 0), 132): "H100 SXM",
-    ((9, 0), 114): "H100 PCIe",
+# (vendor, compute capability, SM count) -> marketing name. ROCm reports an AMD GPU's gfx
+# arch as its capability (gfx90a 9.0, gfx942 9.4, gfx950 9.5) and its compute units as SMs,
+# and shows each GCD of an MI250 / MI250X as a device (docs/reference.md, AMD GPUs).
+_GPU_NAMES: dict[tuple[str, tuple[int, int], int], str] = {
+    ("nvidia", (7, 0), 80): "Tesla V100",
+    ("nvidia", (7, 5), 40): "Tesla T4",
+    ("nvidia", (8, 0), 108): "A100",
+    ("nvidia", (8, 6), 84): "RTX A6000",
+    ("nvidia", (8, 9), 58): "L4",
+    ("nvidia", (9, 0), 132): "H100 SXM",
+    ("nvidia", (9, 0), 114): "H100 PCIe",
+    # One MI250 GCD is an MI210 in all the device reports: 104 CUs, 64 GB, and the same peaks.
+    ("amd", (9, 0), 104): "AMD Instinct MI210 / MI250 GCD",
+    ("amd", (9, 0), 110): "AMD Instinct MI250X GCD",
+    ("amd", (9, 4), 228): "AMD Instinct MI300A",
+    ("amd", (9, 4), 304): "AMD Instinct MI300X",
+    ("amd", (9, 5), 256): "AMD Instinct MI355X",
 }
+# The same SMs with more memory than this: the later board.
+_MORE_MEMORY: dict[str, tuple[float, str]] = {
+    "H100 SXM": (100e9, "H200 SXM"),
+    "AMD Instinct MI300X": (224e9, "AMD Instinct MI325X"),  # 192 GB against 256 GB
+}
+# Names that say no more than the vendor: ROCm's for a board its ID table lacks.
+_GENERIC_GPU_NAMES = frozenset({"", "amdradeongraphics"})
 
 
-def gpu_model(*, compute_capability: tuple[int, int], sm_count: int | None, memory_bytes: int | None) -> str | None:
-    """Best-effort GPU name from what XSpace GPU planes record."""
-    name = _GPU_NAMES.get((compute_capability, sm_count or 0))
-    if name == "H100 SXM" and memory_bytes and memory_bytes > 100e9:
-        return "H200 SXM"
+def gpu_model(*, compute_capability: tuple[int, int], sm_count: int | None, memory_bytes: int | None,
+              vendor: str | None = None) -> str | None:
+    """Best-effort GPU name from what XSpace GPU planes and Kineto deviceProperties record.
+
+    ``vendor`` is XSpace's ``device_vendor`` stat ("Nvidia", "AMD"); None means NVIDIA.
+    """
+    key = "amd" if (vendor or "").lower() == "amd" else "nvidia"
+    name = _GPU_NAMES.get((key, compute_capability, sm_count or 0))
+    threshold, larger = _MORE_MEMORY.get(name or "", (None, None))
+    if threshold is not None and memory_bytes and memory_bytes > threshold:
+        return larger
     return name
 
 
-def gpu_peak_flops_per_s(*, compute_capability: tuple[int, int], sm_count: int, clock_khz: int) -> float | None:
-    """FP32 peak of a GPU: SMs x lanes per SM x 2 FLOP per FMA x clock."""
+def device_model(name: str | None, *, compute_capability: tuple[int, int] | None, sm_count: int | None,
+                 memory_bytes: int | None, vendor: str | None = None) -> str | None:
+    """A GPU device's model: the name it reports, unless it has none or a generic one ("AMD Radeon
+    Graphics"); then :func:`gpu_model` of its capability, SMs and memory (an AMD GPU when the name
+    or ``vendor`` says so), else the name as reported."""
+    if name is not None and normalize_model(name) not in _GENERIC_GPU_NAMES:
+        return name
+    if compute_capability is None:
+        return name
+    if name is not None and "amd" in name.lower():
+        vendor = "AMD"
+    derived = gpu_model(compute_capability=compute_capability, sm_count=sm_count, memory_bytes=memory_bytes,
+                        vendor=vendor)
+    return derived or name
+
+
+def gpu_peak_flops_per_s(*, compute_capability: tuple[int, int], sm_count: int, clock_khz: int,
+                         vendor: str | None = None) -> float | None:
+    """FP32 peak of an NVIDIA GPU: SMs x lanes per SM x 2 FLOP per FMA x clock (None for other vendors,
+    whose capabilities mean something else: AMD's 9.0 is gfx90a, not Hopper)."""
     lanes = FP32_LANES_PER_SM.get(compute_capability)
-    if lanes is None or not sm_count or not clock_khz:
+    if (vendor or "nvidia").lower() != "nvidia" or lanes is None or not sm_count or not clock_khz:
         return None
     return float(sm_count) * lanes * 2.0 * clock_khz * 1e3
 
@@ -120,6 +163,15 @@ CHIPS: tuple[Chip, ...] = (
     Chip("H100", "gpu", r"h100", 989 * _T, 3350 * _G, 80 * _G, 67 * _T),
     Chip("H200", "gpu", r"h200", 989 * _T, 4800 * _G, 141 * _G, 67 * _T),
     Chip("B200", "gpu", r"b200", 2250 * _T, 8000 * _G, 192 * _G),
+    # AMD data sheet peaks (dense fp16/bf16 matrix; not the lower "max achievable"), docs/reference.md,
+    # AMD GPUs. ROCm shows each GCD of an MI250 / MI250X as a device: their rows are half a module.
+    Chip("MI250X GCD", "gpu", r"mi250x", 383 * _T / 2, 3200 * _G / 2, 128 * _G / 2, 47.9 * _T / 2),
+    Chip("MI250 GCD", "gpu", r"mi250", 362.1 * _T / 2, 3200 * _G / 2, 128 * _G / 2, 45.3 * _T / 2),
+    Chip("MI210", "gpu", r"mi210", 181 * _T, 1600 * _G, 64 * _G, 22.6 * _T),
+    Chip("MI300A", "gpu", r"mi300a", 980.6 * _T, 5300 * _G, 128 * _G, 122.6 * _T),
+    Chip("MI300X", "gpu", r"mi300x", 1307.4 * _T, 5300 * _G, 192 * _G, 163.4 * _T),
+    Chip("MI325X", "gpu", r"mi325x", 1307.4 * _T, 6000 * _G, 256 * _G, 163.4 * _T),
+    Chip("MI355X", "gpu", r"mi355x", 2500 * _T, 8000 * _G, 288 * _G, 157.3 * _T),
 )
 
 

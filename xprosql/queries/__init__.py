@@ -3,5 +3,5 @@
 Each module takes an engine (``run.engine`` of a :class:`xprosql.Run`, or one made directly) and
 returns a :class:`xprosql.Result`: :mod:`~xprosql.queries.roofline` (with a Polars twin and a chart),
 :mod:`~xprosql.queries.bottlenecks`, :mod:`~xprosql.queries.hta`, :mod:`~xprosql.queries.utilization`,
-:mod:`~xprosql.queries.fleet`, and :mod:`~xprosql.queries.catalogue` (what the library holds).
+and :mod:`~xprosql.queries.fleet`. What the SQL library holds: :func:`xprosql.analyses`.
 """
