@@ -104,7 +104,7 @@ def queries(warehouse: Path) -> dict[str, float]:
     timings["compare"], frame = _timed("compare by op, two cohorts of the whole fleet", lambda: run.compare(**cohorts).pl())
     print(f"  compare rows: {frame.height}; top: {frame.row(0, named=True)['key']!r} ratio {frame.row(0, named=True)['time_ratio']:.3f}")
     timings["compare_bottleneck"], _ = _timed("compare by bottleneck class", lambda: run.compare(**cohorts, by="bottleneck").pl())
-    timings["regressions"], frame = _timed("regressions per job tag", lambda: run.regressions(tag="job"), repeat=1)
+    timings["regressions"], frame = _timed("regressions per job tag", lambda: run.regressions(tag="job").pl(), repeat=1)
     print(f"  changes found: {frame.height} in series {sorted(set(frame['series']))}")
     timings["worst_steps"], _ = _timed("worst 10 steps", lambda: run.worst(by="step", top=10).pl())
     print(f"peak RSS of the query process: {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1e6:.2f} GB", flush=True)

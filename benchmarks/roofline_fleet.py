@@ -90,7 +90,7 @@ def main() -> None:
     n_events = run.sql("SELECT count(*) FROM events").rows()[0][0]
     print(f"{len(run.profile_ids)} profiles, {n_events:,} events")
 
-    first = timed(lambda: xprosql.load(warehouse).roofline())
+    first = timed(lambda: xprosql.load(warehouse).roofline().pl())
     frame = run.roofline().pl()
     sql = [timed(lambda: run.roofline().pl()) for _ in range(args.repeat)]
     sql_cpu = min(cpu_seconds(lambda: run.roofline().pl()) for _ in range(args.repeat))

@@ -272,8 +272,8 @@ class Engine:
             part = (self._fleet(include, inner, snapshot) if self.library.modules[include].fleet
                     else self._per_profile(include, inner, snapshot))
             arrow[_alias(include)] = part.arrow()
-        text = re.sub(r"^[ \t]*--[ \t]*@include[ \t]+([A-Za-z0-9_.]+)[ \t]*$",
-                      lambda m: f"SELECT * FROM {_alias(m.group(1))}", module.text, flags=re.MULTILINE)
+        # Each include reads the rows computed above, as a stored table would be read.
+        text = self.library.text(module_id, frozenset((include, _alias(include)) for include in module.includes))
         con = connect_views({table: snapshot.scan_sql(table) for table in TABLES}, arrow=arrow)
         return Result(query(con, text, used_parameters(text, bound)), connection=con, description=module_id)
 
