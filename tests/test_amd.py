@@ -68,11 +68,9 @@ def _plane_stats(path: Path) -> dict[str, dict[str, Any]]:
 
 
 @pytest.fixture(scope="module")
-def run(tmp_path_factory: pytest.TempPathFactory) -> xprosql.Run:
-    root = tmp_path_factory.mktemp("amd") / "run"
-    report = xprosql.ingest([*KINETO.values(), *XSPACE.values()], into=root)
-    assert report.ok, str(report)
-    return xprosql.load(root)
+def run(samples_warehouse: Path) -> xprosql.Run:
+    """Every real sample, the AMD ones among them (conftest: one ingest for the session)."""
+    return xprosql.load(samples_warehouse)
 
 
 def _devices(run: xprosql.Run, path: Path) -> dict[str, dict[str, Any]]:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import warnings
 from pathlib import Path
 
 import pyarrow as pa
@@ -64,6 +65,29 @@ def test_analysis_columns_are_the_declared_ones(run: xprosql.Run, analysis: str)
         assert table.num_rows == 0
     else:
         assert table.num_rows > 0, f"{analysis} is empty on every real sample"
+
+
+# Analyses with a row set per profile (a profile_id column; not a fleet-wide top-N): a profile
+# they have no rows for must be named, with what it lacks.
+PER_PROFILE = [m.id for m in library().public()
+               if not m.fleet and m.id != "fleet.worst_steps" and "profile_id" in [c.name for c in m.columns]]
+
+
+@pytest.mark.parametrize("analysis", PER_PROFILE)
+def test_a_profile_without_rows_is_named_with_what_it_lacks(run: xprosql.Run, analysis: str) -> None:
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", xprosql.NotApplicableWarning)
+        result = run.analysis(analysis)
+        table = result.arrow()
+    missing = set(run.profile_ids) - set(table.column("profile_id").to_pylist())
+    notes = [str(w.message) for w in caught if issubclass(w.category, xprosql.NotApplicableWarning)]
+    if missing:
+        needs = library().module(analysis).needs
+        assert needs, f"{analysis} has no rows for {len(missing)} profiles and no -- Needs: line to say why"
+        assert notes == result.notes == [notes[0]] and f"no rows for {len(missing)} of {len(run.profile_ids)}" in notes[0]
+        assert notes[0].endswith(f"it needs {needs}")
+    else:
+        assert notes == [] and result.notes == []
 
 
 @pytest.mark.parametrize("analysis", ANALYSES)

@@ -152,11 +152,8 @@ def test_host_of_a_tensorboard_file_name_without_host_name(torch_traces: tuple[l
 # --- devices: only processes that are devices -------------------------------------------------------------------
 
 @pytest.fixture(scope="module")
-def samples_run(tmp_path_factory: pytest.TempPathFactory) -> xprosql.Run:
-    root = tmp_path_factory.mktemp("kineto_meta") / "run"
-    report = xprosql.ingest(KINETO, into=root)
-    assert report.ok and len(report.ingested) == len(TRACES), str(report)
-    return xprosql.load(root)
+def samples_run(samples_warehouse: Path) -> xprosql.Run:
+    return xprosql.load(samples_warehouse)
 
 
 @pytest.mark.parametrize("trace", TRACES, ids=[t.name.split(".")[0] for t in TRACES])
@@ -272,4 +269,4 @@ def test_a_directory_walk_takes_the_xplane_not_its_trace_json(jax_run: Path, tmp
 
 
 def test_kineto_traces_are_not_taken_for_xprof(samples_run: xprosql.Run) -> None:
-    assert samples_run.sql("SELECT count(*) FROM profiles").rows() == [(len(TRACES),)]
+    assert samples_run.sql("SELECT count(*) FROM profiles WHERE format = 'kineto'").rows() == [(len(TRACES),)]

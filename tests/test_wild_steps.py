@@ -55,9 +55,11 @@ def jax_sharded(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPat
     from wild_profiles import JAX_SHARDED_STEPS, make_jax_sharded_profile
 
     steps = request.param
+    if steps == JAX_SHARDED_STEPS:  # the session's profile (conftest)
+        run = xprosql.load(request.getfixturevalue("jax_sharded_warehouse"))
+        return steps, Path(run.sql("SELECT source_path FROM profiles").rows()[0][0]), run
     root = tmp_path_factory.mktemp(f"jax_sharded_{steps}")
-    kwargs = {} if steps == JAX_SHARDED_STEPS else {"steps": steps}
-    profile = _generated(make_jax_sharded_profile, root / "log", **kwargs)
+    profile = _generated(make_jax_sharded_profile, root / "log", steps=steps)
     report = xprosql.ingest(profile, into=root / "run")
     assert report.ok, str(report)
     return steps, profile, xprosql.load(root / "run")
@@ -166,12 +168,10 @@ def torch_training(tmp_path_factory: pytest.TempPathFactory) -> tuple[list[Path]
 
 
 @pytest.fixture(scope="session")
-def gloo_ddp(tmp_path_factory: pytest.TempPathFactory) -> tuple[list[Path], xprosql.Run]:
-    from wild_profiles import make_gloo_ddp_profiles
-
-    root = tmp_path_factory.mktemp("gloo_ddp")
-    traces = _generated(make_gloo_ddp_profiles, root / "log")
-    return traces, _ingested(traces, root / "run")
+def gloo_ddp(gloo_ddp_warehouse: Path) -> tuple[list[Path], xprosql.Run]:
+    """The DDP ranks' traces (rank 0 first) and their warehouse (conftest: generated once a session)."""
+    run = xprosql.load(gloo_ddp_warehouse)
+    return [Path(p) for (p,) in run.sql("SELECT source_path FROM profiles ORDER BY rank").rows()], run
 
 
 def _assert_steps_are_profiler_steps(run: xprosql.Run, profile_id: str, trace: Path) -> None:

@@ -9,6 +9,8 @@
 --
 -- Passes: $peak_flops_per_s $peak_hbm_bytes_per_s $peak_source (to its includes, with their defaults and meaning)
 --
+-- Needs: a device that runs ops: TPU XLA Ops, GPU kernels or copies, or on a host without accelerators XLA ops or PyTorch cpu_ops
+--
 -- Columns:
 --   profile_id  VARCHAR  profile (profiles.profile_id)
 --   host  VARCHAR  profiles.host

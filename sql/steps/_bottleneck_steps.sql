@@ -81,10 +81,12 @@ step_devices AS (
     SELECT DISTINCT profile_id, device_id, device_kind FROM steps
 ),
 -- Host events that are collectives without being XLA ops (gloo:all_reduce annotations, c10d:: ops).
+-- Every distinct event name of the profiles with steps, read once: the regexes below run per name, not per event.
+event_names AS MATERIALIZED (
+    SELECT DISTINCT name, category FROM events WHERE profile_id IN (SELECT profile_id FROM step_devices)
+),
 host_collectives AS (
-    SELECT name
-    FROM (SELECT DISTINCT name, category FROM events WHERE profile_id IN (SELECT profile_id FROM step_devices))
-    WHERE xprosql_collective(name, category) IS NOT NULL
+    SELECT DISTINCT name FROM event_names WHERE xprosql_collective(name, category) IS NOT NULL
 ),
 op_class AS (
     SELECT profile_id, device_kind, program_id, op,
@@ -157,10 +159,8 @@ op_intervals AS (
       ON c.profile_id = o.profile_id AND c.device_kind = o.device_kind
      AND c.program_id IS NOT DISTINCT FROM o.program_id AND c.op = o.op
 ),
--- The regex runs once per distinct name, not once per event.
 input_names AS (
-    SELECT name FROM (SELECT DISTINCT name FROM events WHERE profile_id IN (SELECT profile_id FROM step_devices))
-    WHERE regexp_matches(name, $input_events)
+    SELECT DISTINCT name FROM event_names WHERE regexp_matches(name, $input_events)
 ),
 input_events AS (
     SELECT DISTINCT e.profile_id, e.start_ps, e.start_ps + e.dur_ps AS end_ps

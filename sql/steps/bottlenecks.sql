@@ -14,6 +14,8 @@
 -- $launch_bound_share; host_bound at $host_bound_share; idle at $idle_share (XProf's thresholds).
 -- Nothing qualifies: the largest category.
 --
+-- Needs: a device that runs ops: TPU XLA Ops, GPU kernels or copies, or on a host without accelerators XLA ops or PyTorch cpu_ops
+--
 -- Parameters:
 --   $collective_bound_share     DOUBLE   exposed collectives share that makes a step collective-bound; XProf (default: 0.3)
 --   $data_transfer_bound_share  DOUBLE   exposed copy share that makes a step data-transfer-bound; XProf (default: 0.3)

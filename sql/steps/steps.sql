@@ -27,6 +27,8 @@
 -- cpu_op events. Busy time is the union of these intervals inside the step, so
 -- ops overlapping on several streams or threads count once.
 --
+-- Needs: a device that runs ops: TPU XLA Ops, GPU kernels or copies, or on a host without accelerators XLA ops or PyTorch cpu_ops
+--
 -- Parameters:
 --
 -- Columns:

@@ -63,9 +63,9 @@ def query(con: duckdb.DuckDBPyConnection, sql: str,
     return con.sql(sql, params=dict(params) if isinstance(params, Mapping) else list(params))
 
 
-def snapshot_connection(snapshot: Snapshot) -> duckdb.DuckDBPyConnection:
-    """Views over the files of ``snapshot``."""
-    return connect_views({table: snapshot.scan_sql(table) for table in TABLES})
+def snapshot_connection(snapshot: Snapshot, *, arrow: Mapping[str, pa.Table] | None = None) -> duckdb.DuckDBPyConnection:
+    """Views over the files of ``snapshot`` (``arrow``: in-memory tables beside them, as in :func:`connect_views`)."""
+    return connect_views({table: snapshot.scan_sql(table) for table in TABLES}, arrow=arrow)
 
 
 def run_on_share(share: Snapshot, sql: str, params: Mapping[str, Any] | None) -> pa.Table:

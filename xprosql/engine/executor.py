@@ -34,9 +34,9 @@ import pyarrow as pa
 from xprosql._duckdb import connect
 from xprosql.engine.connection import connect_views, query, run_on_share, snapshot_connection
 from xprosql.engine.library import Library, library, used_parameters
-from xprosql.engine.result import Result
+from xprosql.engine.result import Result, first_line
 from xprosql.errors import ParameterError, QueryError
-from xprosql.models.tables import PACK_DERIVED_TABLES, TABLES
+from xprosql.models.tables import PACK_DERIVED_TABLES
 from xprosql.warehouse import PACK_TARGET_ROWS, CompactReport, Snapshot, Warehouse
 
 __all__ = [
@@ -202,7 +202,7 @@ class Engine:
         try:
             result = self._fleet(module.id, bound, snapshot) if module.fleet else self._per_profile(module.id, bound, snapshot)
         except duckdb.Error as exc:
-            raise QueryError(f"{failure}: {_first_line(exc)}") from None
+            raise QueryError(f"{failure}: {first_line(exc)}") from None
         result._failure = failure
         if module.needs is not None:
             result._expected = (module.id, module.needs, lambda: self._source_names(snapshot.profile_ids))
@@ -274,16 +274,12 @@ class Engine:
             arrow[_alias(include)] = part.arrow()
         # Each include reads the rows computed above, as a stored table would be read.
         text = self.library.text(module_id, frozenset((include, _alias(include)) for include in module.includes))
-        con = connect_views({table: snapshot.scan_sql(table) for table in TABLES}, arrow=arrow)
+        con = snapshot_connection(snapshot, arrow=arrow)
         return Result(query(con, text, used_parameters(text, bound)), connection=con, description=module_id)
 
 
 def _alias(module_id: str) -> str:
     return "_rows_" + module_id.replace(".", "_")
-
-
-def _first_line(exc: Exception) -> str:
-    return str(exc).strip().split("\n", 1)[0]
 
 
 def _describe(params: Mapping[str, Any]) -> str:
@@ -308,12 +304,10 @@ def profiles_where(snapshot: Snapshot, where: str) -> list[str]:
             raise ParameterError(f"bad profile predicate {where!r}: not one SQL expression")
         rows = con.execute(f"SELECT profile_id FROM profiles WHERE ({where}) ORDER BY profile_id").fetchall()
     except duckdb.Error as exc:
-        raise ParameterError(f"bad profile predicate {where!r}: {_first_line(exc)}") from None
+        raise ParameterError(f"bad profile predicate {where!r}: {first_line(exc)}") from None
     finally:
         con.close()
     return [r[0] for r in rows]
-
-
 
 
 def compact(path: str | os.PathLike[str], *, target_rows: int = PACK_TARGET_ROWS, min_profiles: int = 2,

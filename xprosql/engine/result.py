@@ -17,13 +17,19 @@ from typing import TYPE_CHECKING, Any
 
 import duckdb
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from xprosql.errors import NotApplicableWarning, QueryError, XprosqlError
 
 if TYPE_CHECKING:
     import polars
 
-__all__ = ["Result"]
+__all__ = ["Result", "first_line"]
+
+
+def first_line(exc: Exception) -> str:
+    """DuckDB's message without the lines that quote SQL the user did not write."""
+    return str(exc).strip().split("\n", 1)[0]
 
 
 def _normalised(table: pa.Table) -> pa.Table:
@@ -90,7 +96,7 @@ class Result:
                 self._table = _normalised(self._relation.to_arrow_table())
             except duckdb.Error as exc:
                 if self._failure is not None:
-                    raise QueryError(f"{self._failure}: {str(exc).strip().splitlines()[0]}") from None
+                    raise QueryError(f"{self._failure}: {first_line(exc)}") from None
                 raise QueryError(f"{self._description}: {exc}") from None
             self._name_profiles_without_rows(self._table)
         return self._table
@@ -99,7 +105,7 @@ class Result:
         if self._expected is None or "profile_id" not in table.column_names:
             return
         module_id, needs, profiles = self._expected
-        present = set(table.column("profile_id").to_pylist())
+        present = set(pc.unique(table.column("profile_id")).to_pylist())
         names = profiles()
         missing = sorted(name for profile_id, name in names.items() if profile_id not in present)
         if missing:
