@@ -102,3 +102,15 @@ def gloo_ddp_warehouse(tmp_path_factory: pytest.TempPathFactory) -> Path:
     report = xprosql.ingest(traces, into=folder / "run")
     assert report.ok and len(report.ingested) == len(traces) == 2, str(report)
     return folder / "run"
+
+
+@pytest.fixture(scope="session")
+def torch_training_warehouse(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A small MLP's SGD training profiled by PyTorch on the CPU (record_shapes=True), ingested."""
+    from wild_profiles import make_torch_training_profile
+
+    folder = tmp_path_factory.mktemp("torch_training")
+    traces = make_torch_training_profile(folder / "log")
+    report = xprosql.ingest(traces, into=folder / "run")
+    assert report.ok and len(report.ingested) == len(traces), str(report)
+    return folder / "run"

@@ -152,6 +152,23 @@ def test_kineto_devices_with_properties_get_their_model_and_peaks(run: xprosql.R
         assert device["peak_source"] == "hardware_model"
 
 
+@pytest.mark.parametrize("name", sorted(KINETO))
+def test_every_amd_gpu_that_ran_work_has_a_model_and_peaks(run: xprosql.Run, name: str) -> None:
+    # The MI300 traces list device 0 in deviceProperties and run their kernels on pids 2 and 9: one board.
+    raw = _raw(KINETO[name])
+    listed = {p["id"] for p in raw["deviceProperties"]}
+    busy = {e["pid"] for e in raw["traceEvents"] if e.get("cat") in ("kernel", "gpu_memcpy", "gpu_memset")}
+    devices = _devices(run, KINETO[name])
+    assert busy
+    for pid in busy:
+        device = devices[f"/device:GPU:{pid}"]
+        assert device["model"] is not None and device["peak_flops_per_s"] and device["peak_hbm_bytes_per_s"], device
+        if pid not in listed:
+            stats = run.sql("SELECT str_value FROM device_stats WHERE profile_id = $p AND device_id = $d AND stat = 'model_source'",
+                            {"p": profile_id_of(KINETO[name].read_bytes()), "d": device["device_id"]}).rows()
+            assert stats and "one board" in stats[0][0]
+
+
 @pytest.mark.parametrize("name", sorted(XSPACE))
 def test_xspace_gpu_planes_get_their_model_and_peaks(run: xprosql.Run, name: str) -> None:
     planes = _plane_stats(XSPACE[name])

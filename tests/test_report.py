@@ -105,3 +105,19 @@ def test_chromium_shows_the_charts(tpu_report: tuple[xprosql.Run, Report], tmp_p
     top = pixels(with_charts)[: shot.shape[0] // 2, :, :3]
     red = (top[..., 0] > 0.7) & (top[..., 1] < 0.3) & (top[..., 2] < 0.3)
     assert red.mean() > 0.01
+
+
+def test_gpu_rooflines_of_pytorch_traces_have_points_or_say_why(samples_warehouse: Path) -> None:
+    run = xprosql.load(samples_warehouse)
+    ids = dict(run.sql("SELECT regexp_extract(source_path, '[^/]+$'), profile_id FROM profiles WHERE format = 'kineto'").rows())
+    with_shapes, without = ids["h100_qwen1.5_0.5b.json.gz"], ids["alexnet.json.gz"]
+    report = build_report(run, profiles=[with_shapes, without], progress=False)
+    drawn, explained = (next(p for p in report.profiles if p.profile_id == pid) for pid in (with_shapes, without))
+    assert "roofline" in drawn.charts
+    # Roofline points are coloured by bound_by: compute red, HBM blue (queries/roofline.py).
+    rgb = pixels(drawn.charts["roofline"])[..., :3]
+    red = (rgb[..., 0] > 0.6) & (rgb[..., 1] < 0.4) & (rgb[..., 2] < 0.4)
+    blue = (rgb[..., 2] > 0.5) & (rgb[..., 0] < 0.4)
+    assert red.mean() > 0.0005 and blue.mean() > 0.0005 and (red | blue).mean() > 0.002
+    assert "roofline" not in explained.charts
+    assert any("No roofline chart" in note and "record_shapes" in note for note in explained.notes), explained.notes

@@ -152,19 +152,11 @@ def profiler_steps_in_json(trace: Path) -> dict[int, int]:
     return steps
 
 
-def _ingested(traces: list[Path], into: Path) -> xprosql.Run:
-    report = xprosql.ingest(traces, into=into)
-    assert report.ok and len(report.ingested) == len(traces), str(report)
-    return xprosql.load(into)
-
-
 @pytest.fixture(scope="session")
-def torch_training(tmp_path_factory: pytest.TempPathFactory) -> tuple[list[Path], xprosql.Run]:
-    from wild_profiles import make_torch_training_profile
-
-    root = tmp_path_factory.mktemp("torch_training")
-    traces = _generated(make_torch_training_profile, root / "log")
-    return traces, _ingested(traces, root / "run")
+def torch_training(torch_training_warehouse: Path) -> tuple[list[Path], xprosql.Run]:
+    """The trace and its warehouse (conftest: generated once a session)."""
+    run = xprosql.load(torch_training_warehouse)
+    return [Path(p) for (p,) in run.sql("SELECT source_path FROM profiles").rows()], run
 
 
 @pytest.fixture(scope="session")

@@ -146,6 +146,17 @@ class Run:
                                       low_utilization=low_utilization, peak_flops_per_s=peak_flops_per_s,
                                       peak_hbm_bytes_per_s=peak_hbm_bytes_per_s, peak_source=peak_source)
 
+    def framework_ops(self, *, profiles: Profiles = None, by_shapes: bool = True) -> Result:
+        """PyTorch op statistics of Kineto traces (``sql/torch/framework_ops.sql``): per profile, device and op
+        (and input shapes and dtypes, unless ``by_shapes=False``): calls, CPU total and self time (ps), the GPU
+        time of the kernels each op launched (ps; through correlation ids and the CPU op tree), its share of the
+        device's GPU time (0..1), FLOPs and bytes from shapes, FLOP/s and bytes/s.
+
+        Example:
+            >>> run.framework_ops().pl().filter(pl.col("op") == "aten::mm").select("input_shapes", "flop_rate")  # doctest: +SKIP
+        """
+        return self.engine.analysis("torch.framework_ops", profiles=profiles, by_shapes=by_shapes)
+
     def top_ops(self, *, profiles: Profiles = None, top: int | None = None) -> Result:
         """The ``top`` ops by total time (ps) per profile, device and track (``sql/ops/top_ops.sql``)."""
         return self.engine.analysis("ops.top_ops", profiles=profiles, **({} if top is None else {"top": top}))

@@ -19,7 +19,7 @@
 --
 -- Columns:
 --   device_kind  VARCHAR  tpu, gpu or cpu
---   key  VARCHAR  the op (HLO op or kernel name), category or module
+--   key  VARCHAR  the op (HLO op, PyTorch op or kernel name), category or module
 --   baseline_profiles  BIGINT  profiles in the baseline cohort
 --   candidate_profiles  BIGINT  profiles in the candidate cohort
 --   baseline_time_per_profile_ps  DOUBLE  self time per baseline profile, ps

@@ -3,7 +3,7 @@
 -- so the roofline of thousands of profiles reads a few rows of each.
 --
 -- Ops are the events of TPU `XLA Ops` lines, of GPU stream lines (Kineto
--- gpu_user_annotation ranges excepted), and, in profiles without accelerators
+-- annotations, stream waits and host events excepted), and, in profiles without accelerators
 -- (JAX on CPU), the host events XLA tags with an HLO op. Times use the device
 -- clock where an event records it (TPU device_offset_ps / device_duration_ps),
 -- as XProf does. Self time is an op's time minus the time of the ops nested in
@@ -11,7 +11,15 @@
 --
 -- Cost data: an op's flops / bytes_accessed stats (TPU and XLA GPU profiles),
 -- else the costs xprosql derives from the embedded HLO (hlo_ops.derived_*),
--- else none (cost_source NULL). HBM / VMEM / CMEM bytes come from the
+-- else none (cost_source NULL).
+--
+-- PyTorch (Kineto) traces: each GPU kernel, copy and memset counts for the PyTorch op
+-- it belongs to (framework_op_kernels: the nearest op around its launch with costs of
+-- its own, else the innermost), one row per (op, input shapes, dtypes), so the time is
+-- the op's GPU time and the costs are its calls' (counted once per call). Activities
+-- without a launch in the trace stay rows of their own, by kernel name, without cost
+-- data. A PyTorch trace without GPU activity has a row per costed op on its CPU, timed
+-- by its CPU time (framework_op_stats). HBM / VMEM / CMEM bytes come from the
 -- memory_access_breakdown stat, decoded by the SQL function
 -- xprosql_memory_access(BLOB) that xprosql registers.
 --
@@ -31,10 +39,13 @@
 --   device_id  INTEGER  devices.device_id the op ran on
 --   device_kind  VARCHAR  tpu, gpu or cpu (host planes running XLA:CPU programs)
 --   program_id  UBIGINT  XLA program id; NULL for ops without one
---   op  VARCHAR  HLO op (events.hlo_op), else the event name (a GPU kernel)
+--   op  VARCHAR  HLO op (events.hlo_op); Kineto: the PyTorch op of framework_op_kernels; else the event name (a GPU kernel)
+--   input_shapes  VARCHAR  a PyTorch op's Input Dims (JSON); NULL for other ops
+--   input_dtypes  VARCHAR  a PyTorch op's Input type (JSON)
+--   precision  VARCHAR  a PyTorch op's dtype class (fp8, bf16, fp16, fp32, ...): which FLOP/s roof applies
 --   module  VARCHAR  HLO module name, when known
---   category  VARCHAR  HLO category from the profile, else the HLO opcode
---   cost_source  VARCHAR  where flops and bytes came from: profile (op stats), hlo (hlo_ops.derived_*) or NULL (none)
+--   category  VARCHAR  HLO category from the profile, else the HLO opcode; Kineto: cpu_op for PyTorch ops, else the event's cat (kernel, gpu_memcpy, ...)
+--   cost_source  VARCHAR  where flops and bytes came from: profile (op stats), hlo (hlo_ops.derived_*), trace or shapes (PyTorch: the trace's flops arg, the shape rules) or NULL (none)
 --   occurrences  BIGINT  executions
 --   total_time_ps  BIGINT  time including nested ops, ps
 --   self_time_ps  BIGINT  total_time_ps minus nested ops' time, ps
@@ -76,6 +87,21 @@ ordinals AS (
     FROM event_stats
     WHERE stat = 'device_ordinal'
 ),
+-- PyTorch (Kineto) GPU activities belong to the op that launched them (framework_op_kernels, stored
+-- at ingest before this): the op's costs come with its first activity.
+torch_kernels AS (
+    SELECT profile_id, event_id, op, input_shapes, input_dtypes, precision, cost_source, first_of_call, flops, bytes_accessed
+    FROM framework_op_kernels
+),
+-- PyTorch profiles without GPU activity: each costed op (on CPU), by its CPU time.
+torch_cpu_ops AS (
+    SELECT f.profile_id, f.device_id, f.op, f.input_shapes, f.input_dtypes, f.precision, f.cost_source,
+        f.occurrences, f.cpu_total_time_ps, f.flops, f.bytes_accessed
+    FROM framework_op_stats AS f
+    WHERE f.cost_source IN ('trace', 'shapes')
+      AND f.profile_id NOT IN (SELECT profile_id FROM framework_op_kernels)
+      AND f.profile_id NOT IN (SELECT profile_id FROM accelerated)
+),
 op_events AS MATERIALIZED (
     SELECT
         e.profile_id,
@@ -86,78 +112,44 @@ op_events AS MATERIALIZED (
         l.device_kind,
         e.program_id,
         e.hlo_op,
-        coalesce(e.hlo_op, e.name) AS op,
+        coalesce(e.hlo_op, k.op, e.name) AS op,
+        k.input_shapes,
+        k.input_dtypes,
+        k.precision,
         e.hlo_module,
-        e.category,
-        coalesce(e.num_occurrences, 1) AS occurrences,
+        CASE WHEN k.event_id IS NULL THEN e.category ELSE 'cpu_op' END AS category,
+        CASE WHEN k.event_id IS NULL THEN coalesce(e.num_occurrences, 1) WHEN k.first_of_call THEN 1 ELSE 0 END AS occurrences,
         coalesce(e.device_offset_ps, e.start_ps) AS start_ps,
         coalesce(e.device_duration_ps, e.dur_ps) AS dur_ps,
-        e.flops,
-        e.bytes_accessed,
+        coalesce(e.flops, k.flops) AS flops,
+        coalesce(e.bytes_accessed, k.bytes_accessed) AS bytes_accessed,
+        k.cost_source AS torch_cost_source,
         CASE WHEN l.kind NOT IN ('tpu', 'gpu') THEN x.xla_device END AS xla_device
     FROM events AS e
     JOIN op_lines AS l USING (profile_id, device_id, track_id)
     LEFT JOIN ordinals AS x USING (profile_id, event_id)
+    LEFT JOIN torch_kernels AS k USING (profile_id, event_id)
     WHERE CASE l.kind
               WHEN 'tpu' THEN true
-              WHEN 'gpu' THEN coalesce(e.category, '') <> 'gpu_user_annotation'
+              -- Kineto: annotations and stream waits on a GPU's lines are no GPU work, nor are host events
+              -- there (a process sharing the GPU's pid). CUPTI profiler ranges (one per kernel) are.
+              WHEN 'gpu' THEN coalesce(e.category, '') NOT IN ('gpu_user_annotation', 'cuda_sync', 'python_function',
+                  'cpu_op', 'user_annotation', 'cpu_instant_event', 'cuda_runtime', 'cuda_driver')
               ELSE e.hlo_op IS NOT NULL
           END
 ),
--- Nesting, per line: order by start (longer first). Only lines where an op
--- starts before an earlier one ends nest at all; there an op's depth is the
--- number of earlier ops still open when it starts, and its parent the latest
--- earlier op one level up.
-nesting_lines AS (
-    -- Some op starts before an earlier one ends exactly when one starts before its predecessor ends.
-    SELECT DISTINCT profile_id, track_id
-    FROM (
-        SELECT profile_id, track_id, start_ps,
-            lag(start_ps + dur_ps) OVER (PARTITION BY profile_id, track_id ORDER BY start_ps) AS previous_end_ps
-        FROM op_events
-        WHERE start_ps IS NOT NULL
-    )
-    WHERE previous_end_ps > start_ps
+-- Self time: an op's time less that of the ops nested in it on its line.
+nesting_events AS (
+    SELECT profile_id, track_id, event_id, start_ps, dur_ps FROM op_events
 ),
-ordered AS MATERIALIZED (
-    SELECT
-        profile_id, track_id, event_id, start_ps, dur_ps,
-        row_number() OVER (PARTITION BY profile_id, track_id ORDER BY start_ps, dur_ps DESC, event_id) AS ord
-    FROM op_events SEMI JOIN nesting_lines USING (profile_id, track_id)
-    WHERE start_ps IS NOT NULL
-),
-points AS (
-    SELECT profile_id, track_id, event_id, ord, dur_ps, start_ps AS at_ps, 0 AS is_end FROM ordered
-    UNION ALL
-    SELECT profile_id, track_id, event_id, ord, dur_ps, start_ps + dur_ps, 1 FROM ordered
-),
-depths AS MATERIALIZED (
-    SELECT
-        profile_id, track_id, event_id, ord, dur_ps,
-        ord - 1 - sum(is_end) OVER (
-            PARTITION BY profile_id, track_id ORDER BY at_ps, ord, is_end ROWS UNBOUNDED PRECEDING
-        ) AS depth,
-        is_end
-    FROM points
-    QUALIFY is_end = 0
-),
--- Each op at depth d marks level d; each op below looks up the latest mark at its depth - 1.
-levels AS (
-    SELECT profile_id, track_id, depth AS level, ord, event_id AS mark_id, NULL AS child_ps FROM depths
-    UNION ALL
-    SELECT profile_id, track_id, depth - 1, ord, NULL, dur_ps FROM depths WHERE depth > 0
+nesting AS MATERIALIZED (
+-- @include ops._nesting
 ),
 children AS (
-    SELECT profile_id, parent_id, sum(child_ps) AS children_ps
-    FROM (
-        SELECT
-            profile_id, child_ps,
-            last_value(mark_id IGNORE NULLS) OVER (
-                PARTITION BY profile_id, track_id, level ORDER BY ord, child_ps NULLS FIRST ROWS UNBOUNDED PRECEDING
-            ) AS parent_id
-        FROM levels
-    )
-    WHERE child_ps IS NOT NULL
+    SELECT n.profile_id, n.parent_id, sum(o.dur_ps) AS children_ps
+    FROM nesting AS n
+    JOIN op_events AS o USING (profile_id, event_id)
+    WHERE n.parent_id IS NOT NULL
     GROUP BY ALL
 ),
 -- Async pairs on the same line: each done with the latest matching start before it.
@@ -237,6 +229,7 @@ costed AS (
         coalesce(o.flops, h.derived_flops) AS flops_each,
         coalesce(o.bytes_accessed, h.derived_bytes_accessed) AS bytes_each,
         CASE
+            WHEN o.torch_cost_source IS NOT NULL THEN o.torch_cost_source
             WHEN o.flops IS NOT NULL OR o.bytes_accessed IS NOT NULL THEN 'profile'
             WHEN h.derived_flops IS NOT NULL OR h.derived_bytes_accessed IS NOT NULL THEN 'hlo'
         END AS cost_source,
@@ -259,10 +252,12 @@ costed AS (
 ),
 per_device AS (
     SELECT
-        profile_id, device_id, device_kind, program_id, op,
+        profile_id, device_id, device_kind, program_id, op, input_shapes, input_dtypes,
+        any_value(precision) AS precision,
         any_value(hlo_module) AS module,
         coalesce(any_value(category), any_value(opcode)) AS category,
-        CASE WHEN bool_or(cost_source = 'profile') THEN 'profile' WHEN bool_or(cost_source = 'hlo') THEN 'hlo' END AS cost_source,
+        CASE WHEN bool_or(cost_source = 'profile') THEN 'profile' WHEN bool_or(cost_source = 'hlo') THEN 'hlo'
+             WHEN bool_or(cost_source = 'trace') THEN 'trace' WHEN bool_or(cost_source = 'shapes') THEN 'shapes' END AS cost_source,
         CAST(sum(occurrences) AS BIGINT) AS occurrences,
         CAST(sum(dur_ps) AS BIGINT) AS total_time_ps,
         CAST(sum(self_ps) AS BIGINT) AS self_time_ps,
@@ -278,12 +273,25 @@ per_device AS (
         CAST(sum(cmem_write_each * occurrences) AS DOUBLE) AS cmem_write_bytes,
         CAST(greatest(count(DISTINCT xla_device), 1) AS BIGINT) AS xla_devices
     FROM costed
-    GROUP BY profile_id, device_id, device_kind, program_id, op
+    GROUP BY profile_id, device_id, device_kind, program_id, op, input_shapes, input_dtypes
+    UNION ALL
+    SELECT
+        profile_id, device_id, 'cpu', NULL, op, input_shapes, input_dtypes, precision, NULL, 'cpu_op', cost_source,
+        occurrences, cpu_total_time_ps, cpu_total_time_ps, NULL, cpu_total_time_ps, flops, bytes_accessed,
+        false, 0, 0, 0, 0, 0, 1
+    FROM torch_cpu_ops
 ),
 xla_device_spans AS (
     SELECT profile_id, device_id, xla_device, min(start_ps) AS start_ps, max(start_ps + dur_ps) AS end_ps
     FROM op_events
     WHERE start_ps IS NOT NULL
+    GROUP BY ALL
+    UNION ALL
+    -- A CPU running PyTorch ops: its first op start to its last op end.
+    SELECT e.profile_id, e.device_id, NULL, min(e.start_ps), max(e.start_ps + e.dur_ps)
+    FROM events AS e
+    WHERE e.category = 'cpu_op' AND e.start_ps IS NOT NULL
+      AND e.profile_id IN (SELECT profile_id FROM torch_cpu_ops)
     GROUP BY ALL
 ),
 device_spans AS (
@@ -296,4 +304,4 @@ device_spans AS (
 SELECT o.*, s.device_start_ps, s.device_end_ps, s.device_time_ps
 FROM per_device AS o
 LEFT JOIN device_spans AS s USING (profile_id, device_id)
-ORDER BY profile_id, device_id, self_time_ps DESC, program_id, op
+ORDER BY profile_id, device_id, self_time_ps DESC, program_id, op, input_shapes, input_dtypes

@@ -19,8 +19,10 @@
 --   device_kind  VARCHAR  tpu, gpu or cpu
 --   device_model  VARCHAR  devices.model (the smallest of the kind's devices that ran ops)
 --   hardware_chip  VARCHAR  the hardware_models chip matched on device_model, when one matches
---   peak_flops_per_s  DOUBLE  the FLOP/s roof, FLOP/s
+--   peak_flops_per_s  DOUBLE  the FLOP/s roof (matrix units at bf16/fp16 where the chip has them), FLOP/s
 --   peak_flops_source  VARCHAR  profile, hardware_model, $peak_source, or NULL (unknown)
+--   peak_fp32_flops_per_s  DOUBLE  the chip's fp32 roof, for ops computing in fp32 (NULL when $peak_flops_per_s is given: it is every op's roof), FLOP/s
+--   peak_fp8_flops_per_s  DOUBLE  the chip's fp8 roof, for ops computing in fp8 (NULL like peak_fp32_flops_per_s), FLOP/s
 --   peak_hbm_bytes_per_s  DOUBLE  the HBM roof, bytes/s
 --   peak_hbm_source  VARCHAR  profile, hardware_model, $peak_source, or NULL (unknown)
 --   peak_vmem_read_bytes_per_s  DOUBLE  VMEM read roof from the profile, bytes/s
@@ -67,7 +69,8 @@ device_peaks AS (
     GROUP BY ALL
 ),
 chip_peaks AS (
-    SELECT dp.profile_id, dp.device_kind, h.chip, h.peak_flops_per_s, h.peak_hbm_bytes_per_s
+    SELECT dp.profile_id, dp.device_kind, h.chip, h.peak_flops_per_s, h.peak_hbm_bytes_per_s,
+        h.peak_fp32_flops_per_s, h.peak_fp8_flops_per_s
     FROM device_peaks AS dp
     JOIN hardware_models AS h
       ON h.kind = dp.device_kind
@@ -83,6 +86,8 @@ SELECT
         WHEN dp.profile_flops IS NOT NULL THEN dp.profile_flops_source
         WHEN cp.peak_flops_per_s IS NOT NULL THEN 'hardware_model'
     END AS peak_flops_source,
+    CASE WHEN p.peak_flops_override IS NULL THEN cp.peak_fp32_flops_per_s END AS peak_fp32_flops_per_s,
+    CASE WHEN p.peak_flops_override IS NULL THEN cp.peak_fp8_flops_per_s END AS peak_fp8_flops_per_s,
     coalesce(p.peak_hbm_override, dp.profile_hbm, cp.peak_hbm_bytes_per_s) AS peak_hbm_bytes_per_s,
     CASE
         WHEN p.peak_hbm_override IS NOT NULL THEN p.override_source

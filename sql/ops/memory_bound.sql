@@ -26,6 +26,8 @@
 --   program_id  UBIGINT  XLA program id of the op
 --   module  VARCHAR  HLO module of the op
 --   op  VARCHAR  HLO op or kernel name; NULL on profile rows
+--   input_shapes  VARCHAR  a PyTorch op's Input Dims (JSON); NULL otherwise
+--   input_dtypes  VARCHAR  a PyTorch op's Input type (JSON)
 --   category  VARCHAR  HLO category of the op
 --   classification  VARCHAR  op: collective, compute-bound, memory-bound, no cost data, or unknown (peaks unknown, or no FLOPs and no bytes); profile: the XProf-style verdict compute-bound / memory-bound from the utilization thresholds, else balanced, or unknown without peaks
 --   bound_by  VARCHAR  roofline.bound_by: compute, HBM, VMEM read, ... or unknown
@@ -73,7 +75,8 @@ shares AS (
     GROUP BY ALL
 )
 SELECT
-    'op' AS row_kind, profile_id, device_kind, program_id, module, op, category, classification, bound_by,
+    'op' AS row_kind, profile_id, device_kind, program_id, module, op, input_shapes, input_dtypes, category,
+    classification, bound_by,
     self_time_ps, device_time_ps, self_time_share AS time_share, operational_intensity, ridge_point,
     flop_utilization, hbm_utilization,
     CAST(NULL AS DOUBLE) AS memory_bound_share, CAST(NULL AS DOUBLE) AS compute_bound_share,
@@ -81,10 +84,11 @@ SELECT
     CAST(NULL AS DOUBLE) AS collective_share, CAST(NULL AS DOUBLE) AS idle_share
 FROM classified
 QUALIFY CAST($top AS BIGINT) IS NULL
-    OR row_number() OVER (PARTITION BY profile_id, device_kind ORDER BY self_time_ps DESC, program_id, op) <= CAST($top AS BIGINT)
+    OR row_number() OVER (PARTITION BY profile_id, device_kind ORDER BY self_time_ps DESC, program_id, op, input_shapes,
+                          input_dtypes) <= CAST($top AS BIGINT)
 UNION ALL
 SELECT
-    'profile', r.profile_id, r.device_kind, NULL, NULL, NULL, NULL,
+    'profile', r.profile_id, r.device_kind, NULL, NULL, NULL, NULL, NULL, NULL,
     CASE
         WHEN r.flop_utilization IS NULL OR r.hbm_utilization IS NULL THEN 'unknown'
         WHEN r.hbm_utilization > t.high AND r.flop_utilization < t.low THEN 'memory-bound'

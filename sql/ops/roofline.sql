@@ -1,7 +1,8 @@
 -- ops.roofline: where each op sits under its device's roofs (peak FLOP/s and memory
 -- bandwidths), for one profile or thousands, in one query.
 --
--- One row per (profile_id, device_kind, program_id, op), plus a total per
+-- One row per (profile_id, device_kind, program_id, op, input_shapes, input_dtypes)
+-- (the shapes and dtypes of PyTorch ops; NULL for XLA ops), plus a total per
 -- program and per (profile, device kind) built the way XProf builds its
 -- "Program" row: FLOPs and bytes summed over innermost ops only (categories
 -- call, conditional, while and megacore fusion hold other ops), HBM bytes from
@@ -15,7 +16,15 @@
 --
 -- Peaks per (profile, device kind): ops._peaks (included below) says which
 -- roof each peak is and where it comes from ($peak_* parameters, the profile's
--- device stats, or the chip table).
+-- device stats, or the chip table). A PyTorch op computing in fp32 or fp8 (its
+-- precision) has the chip's fp32 or fp8 roof when the chip table has one; others,
+-- and total rows, the bf16/fp16 matrix roof.
+--
+-- PyTorch (Kineto) traces: an op's time is the GPU time of the kernels, copies
+-- and memsets it launched (op_stats; framework_op_kernels says which op each
+-- belongs to), its FLOPs and bytes those of xprosql.models.torch_costs (TraceLens's
+-- formulas for GEMM, convolution and attention) or the trace's flops arg. GPU work
+-- that no op launched in the trace keeps its kernel name and has no cost data.
 --
 -- Deliberate difference from XProf: the bytes of an async pair (copy-start /
 -- copy-done, ...) move during the pair's window (op_stats.async_window_ps).
@@ -36,9 +45,12 @@
 --   device_kind  VARCHAR  tpu, gpu or cpu (host planes running XLA:CPU programs)
 --   program_id  UBIGINT  XLA program id; NULL on profile rows and for ops without one
 --   module  VARCHAR  HLO module name, when known
---   op  VARCHAR  HLO op (events.hlo_op), else the event name (a GPU kernel); NULL on total rows
---   category  VARCHAR  HLO category from the profile, else the HLO opcode
---   cost_source  VARCHAR  where flops and bytes came from: profile (op stats), hlo (derived from hlo_ops) or NULL (none)
+--   op  VARCHAR  HLO op (events.hlo_op), a PyTorch op (aten::mm), else the event name (a GPU kernel); NULL on total rows
+--   input_shapes  VARCHAR  a PyTorch op's Input Dims (JSON); NULL for other ops and total rows
+--   input_dtypes  VARCHAR  a PyTorch op's Input type (JSON)
+--   precision  VARCHAR  a PyTorch op's dtype class (fp8, bf16, fp16, fp32, ...): which FLOP/s roof applies
+--   category  VARCHAR  HLO category from the profile, else the HLO opcode; PyTorch ops: cpu_op
+--   cost_source  VARCHAR  where flops and bytes came from: profile (op stats), hlo (derived from hlo_ops), trace or shapes (PyTorch: the trace's flops arg, shape rules) or NULL (none)
 --   devices  BIGINT  devices of this kind the op ran on (a host plane running several XLA devices: each counts)
 --   occurrences  BIGINT  executions, summed over devices (total rows: over their ops)
 --   total_time_ps  BIGINT  time including nested ops, summed over devices, ps; program rows: the program's busy time (its ops' self time); profile rows: device time, as XProf
@@ -58,7 +70,7 @@
 --   hbm_bandwidth  DOUBLE  hbm_bytes / time (async pairs: their windows), bytes/s
 --   operational_intensity  DOUBLE  flops / bytes_accessed, FLOP/byte
 --   hbm_operational_intensity  DOUBLE  flops / hbm_bytes, FLOP/byte
---   peak_flops_per_s  DOUBLE  compute roof, FLOP/s
+--   peak_flops_per_s  DOUBLE  compute roof (of the op's precision, see above), FLOP/s
 --   peak_hbm_bytes_per_s  DOUBLE  HBM roof, bytes/s
 --   peak_vmem_read_bytes_per_s  DOUBLE  VMEM read roof (profile stat), bytes/s
 --   peak_vmem_write_bytes_per_s  DOUBLE  VMEM write roof (profile stat), bytes/s
@@ -87,10 +99,12 @@ stats AS (
 ),
 ops AS MATERIALIZED (
     SELECT
-        profile_id, device_kind, program_id, op,
+        profile_id, device_kind, program_id, op, input_shapes, input_dtypes,
+        any_value(precision) AS precision,
         any_value(module) AS module,
         any_value(category) AS category,
-        CASE WHEN bool_or(cost_source = 'profile') THEN 'profile' WHEN bool_or(cost_source = 'hlo') THEN 'hlo' END AS cost_source,
+        CASE WHEN bool_or(cost_source = 'profile') THEN 'profile' WHEN bool_or(cost_source = 'hlo') THEN 'hlo'
+             WHEN bool_or(cost_source = 'trace') THEN 'trace' WHEN bool_or(cost_source = 'shapes') THEN 'shapes' END AS cost_source,
         -- An op's row per device says on how many of the device's XLA devices it ran (older files: 1).
         CAST(sum(coalesce(xla_devices, 1)) AS BIGINT) AS devices,
         CAST(sum(occurrences) AS BIGINT) AS occurrences,
@@ -108,7 +122,7 @@ ops AS MATERIALIZED (
         CASE WHEN bool_or(has_breakdown) THEN sum(cmem_read_bytes) END AS cmem_read_bytes,
         CASE WHEN bool_or(has_breakdown) THEN sum(cmem_write_bytes) END AS cmem_write_bytes
     FROM stats
-    GROUP BY profile_id, device_kind, program_id, op
+    GROUP BY profile_id, device_kind, program_id, op, input_shapes, input_dtypes
 ),
 device_time AS MATERIALIZED (
     SELECT profile_id, device_kind, CAST(sum(device_time_ps) AS BIGINT) AS device_time_ps
@@ -126,7 +140,8 @@ totals AS (
         CASE WHEN grouping(program_id) = 0 THEN 'program' ELSE 'profile' END AS row_kind,
         profile_id, device_kind, program_id,
         CASE WHEN grouping(program_id) = 0 THEN any_value(module) END AS module,
-        CASE WHEN bool_or(cost_source = 'profile') THEN 'profile' WHEN bool_or(cost_source = 'hlo') THEN 'hlo' END AS cost_source,
+        CASE WHEN bool_or(cost_source = 'profile') THEN 'profile' WHEN bool_or(cost_source = 'hlo') THEN 'hlo'
+             WHEN bool_or(cost_source = 'trace') THEN 'trace' WHEN bool_or(cost_source = 'shapes') THEN 'shapes' END AS cost_source,
         CAST(max(devices) AS BIGINT) AS devices,
         CAST(sum(occurrences) AS BIGINT) AS occurrences,
         CAST(sum(self_time_ps) AS BIGINT) AS self_time_ps,
@@ -147,15 +162,18 @@ totals AS (
 ),
 all_rows AS (
     SELECT
-        'op' AS row_kind, profile_id, device_kind, program_id, module, op, category, cost_source, devices,
+        'op' AS row_kind, profile_id, device_kind, program_id, module, op, input_shapes, input_dtypes, precision,
+        category, cost_source, devices,
         occurrences, total_time_ps, self_time_ps, async_window_ps, bandwidth_time_ps, flops, bytes_accessed,
         hbm_bytes, vmem_read_bytes, vmem_write_bytes, cmem_read_bytes, cmem_write_bytes
     FROM ops CROSS JOIN params AS p
     QUALIFY p.top_n IS NULL
-         OR row_number() OVER (PARTITION BY profile_id, device_kind ORDER BY self_time_ps DESC, program_id, op) <= p.top_n
+         OR row_number() OVER (PARTITION BY profile_id, device_kind
+                               ORDER BY self_time_ps DESC, program_id, op, input_shapes, input_dtypes) <= p.top_n
     UNION ALL
     SELECT
-        t.row_kind, t.profile_id, t.device_kind, t.program_id, t.module, NULL, NULL, t.cost_source, t.devices,
+        t.row_kind, t.profile_id, t.device_kind, t.program_id, t.module, NULL, NULL, NULL, NULL, NULL, t.cost_source,
+        t.devices,
         t.occurrences,
         CASE WHEN t.row_kind = 'profile' THEN dt.device_time_ps ELSE t.self_time_ps END,
         t.self_time_ps, NULL,
@@ -179,7 +197,12 @@ rates AS (
         r.vmem_write_bytes / (nullif(r.bandwidth_time_ps, 0) * 1e-12) AS vmem_write_bandwidth,
         r.cmem_read_bytes / (nullif(r.bandwidth_time_ps, 0) * 1e-12) AS cmem_read_bandwidth,
         r.cmem_write_bytes / (nullif(r.bandwidth_time_ps, 0) * 1e-12) AS cmem_write_bandwidth,
-        pk.* EXCLUDE (profile_id, device_kind)
+        pk.* EXCLUDE (profile_id, device_kind, peak_flops_per_s, peak_fp32_flops_per_s, peak_fp8_flops_per_s),
+        CASE r.precision
+            WHEN 'fp32' THEN coalesce(pk.peak_fp32_flops_per_s, pk.peak_flops_per_s)
+            WHEN 'fp8' THEN coalesce(pk.peak_fp8_flops_per_s, pk.peak_flops_per_s)
+            ELSE pk.peak_flops_per_s
+        END AS peak_flops_per_s
     FROM all_rows AS r
     LEFT JOIN device_time AS dt USING (profile_id, device_kind)
     LEFT JOIN peaks AS pk USING (profile_id, device_kind)
@@ -206,7 +229,8 @@ bounded AS (
     FROM utilized
 )
 SELECT
-    row_kind, profile_id, device_kind, program_id, module, op, category, cost_source, devices, occurrences,
+    row_kind, profile_id, device_kind, program_id, module, op, input_shapes, input_dtypes, precision, category,
+    cost_source, devices, occurrences,
     total_time_ps, self_time_ps, device_time_ps,
     self_time_ps / nullif(device_time_ps, 0) AS self_time_share,
     async_window_ps,
@@ -235,4 +259,4 @@ FROM bounded
 ORDER BY
     profile_id, device_kind,
     CASE row_kind WHEN 'profile' THEN 0 WHEN 'program' THEN 1 ELSE 2 END,
-    self_time_ps DESC, program_id, op
+    self_time_ps DESC, program_id, op, input_shapes, input_dtypes

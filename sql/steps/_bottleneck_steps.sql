@@ -89,7 +89,7 @@ host_collectives AS (
     SELECT DISTINCT name FROM event_names WHERE xprosql_collective(name, category) IS NOT NULL
 ),
 op_class AS (
-    SELECT profile_id, device_kind, program_id, op,
+    SELECT profile_id, device_kind, program_id, op, input_shapes, input_dtypes,
         CASE classification WHEN 'compute-bound' THEN 'compute_bound' WHEN 'memory-bound' THEN 'memory_bound' END AS cat
     FROM memory_bound
     WHERE row_kind = 'op' AND classification IN ('compute-bound', 'memory-bound')
@@ -97,27 +97,30 @@ op_class AS (
 -- The ops that keep each device busy (as in steps), with what they are.
 device_ops AS (
     SELECT e.profile_id, e.device_id, 'tpu' AS device_kind, e.program_id, coalesce(e.hlo_op, e.name) AS op,
-        e.category, NULL AS kernel, false AS blocking, e.start_ps, e.start_ps + e.dur_ps AS end_ps, e.flops, e.bytes_accessed
+        NULL AS input_shapes, NULL AS input_dtypes, e.category, NULL AS kernel, false AS blocking, e.start_ps, e.start_ps + e.dur_ps AS end_ps, e.flops, e.bytes_accessed
     FROM events AS e
     JOIN step_devices AS sd USING (profile_id, device_id)
     JOIN tracks AS t USING (profile_id, device_id, track_id)
     WHERE sd.device_kind = 'tpu' AND t.name = 'XLA Ops' AND e.start_ps IS NOT NULL
     UNION ALL
-    SELECT k.profile_id, k.device_id, 'gpu', e.program_id, coalesce(e.hlo_op, e.name),
+    -- A PyTorch kernel counts as the op that launched it (framework_op_kernels, as in the roofline).
+    SELECT k.profile_id, k.device_id, 'gpu', e.program_id, coalesce(e.hlo_op, f.op, e.name), f.input_shapes, f.input_dtypes,
         'kernel', k.name, false,
-        k.start_ps, k.start_ps + k.dur_ps, e.flops, e.bytes_accessed
+        k.start_ps, k.start_ps + k.dur_ps, coalesce(e.flops, f.flops), coalesce(e.bytes_accessed, f.bytes_accessed)
     FROM kernels AS k
     JOIN step_devices AS sd USING (profile_id, device_id)
     JOIN events AS e USING (profile_id, event_id)
+    LEFT JOIN framework_op_kernels AS f USING (profile_id, event_id)
     WHERE k.start_ps IS NOT NULL
     UNION ALL
-    SELECT m.profile_id, m.device_id, 'gpu', NULL, NULL, 'memcpy', NULL, false, m.start_ps, m.start_ps + m.dur_ps, NULL, NULL
+    SELECT m.profile_id, m.device_id, 'gpu', NULL, NULL, NULL, NULL, 'memcpy', NULL, false, m.start_ps, m.start_ps + m.dur_ps, NULL, NULL
     FROM memcpys AS m
     JOIN step_devices AS sd USING (profile_id, device_id)
     WHERE m.start_ps IS NOT NULL
     UNION ALL
     -- An XLA:CPU op runs on its device's thread: a collective there blocks it until its peers arrive.
-    SELECT e.profile_id, e.device_id, 'cpu', e.program_id, coalesce(e.hlo_op, e.name), e.category, NULL, e.hlo_op IS NOT NULL,
+    SELECT e.profile_id, e.device_id, 'cpu', e.program_id, coalesce(e.hlo_op, e.name), NULL, NULL, e.category, NULL,
+        e.hlo_op IS NOT NULL,
         e.start_ps, e.start_ps + e.dur_ps, e.flops, e.bytes_accessed
     FROM events AS e
     JOIN step_devices AS sd USING (profile_id, device_id)
@@ -158,6 +161,7 @@ op_intervals AS (
     LEFT JOIN op_class AS c
       ON c.profile_id = o.profile_id AND c.device_kind = o.device_kind
      AND c.program_id IS NOT DISTINCT FROM o.program_id AND c.op = o.op
+     AND c.input_shapes IS NOT DISTINCT FROM o.input_shapes AND c.input_dtypes IS NOT DISTINCT FROM o.input_dtypes
 ),
 input_names AS (
     SELECT DISTINCT name FROM event_names WHERE regexp_matches(name, $input_events)

@@ -19,6 +19,10 @@
   ``cudaLaunchKernelExC``, MTIA's ``runFunction``; ``cudaMemcpyAsync``, ``cudaMemsetAsync``) or
   its ROCm counterpart (``hip[Ext][Module]LaunchKernel``, ``hipGraphLaunch``; ``hipMemcpy*``,
   ``hipMemset*``), else NULL (docs/reference.md, AMD GPUs). One list for every analysis.
+* ``xprosql_torch_cost(op, input_dims, input_types, concrete_inputs VARCHAR)``: FLOPs, bytes, rule and
+  dtype class of one call of a PyTorch op from the shapes Kineto records (JSON text of its ``Input Dims``,
+  ``Input type`` and ``Concrete Inputs`` args), by the rules of :mod:`xprosql.models.torch_costs`, and whether
+  the op is a composite whose callee carries the cost; NULL when no rule applies.
 * ``hardware_models``: the published chip peaks of
   :mod:`xprosql.models.hardware`, one row per chip.
 
@@ -37,6 +41,7 @@ import duckdb
 import pyarrow as pa
 
 from xprosql.models.hardware import hardware_models_table
+from xprosql.models.torch_costs import op_costs
 
 __all__ = [
     "MEMORY_ACCESS_TYPE",
@@ -48,6 +53,9 @@ MEMORY_ACCESS_TYPE = pa.list_(
     pa.struct([("operation_type", pa.int32()), ("memory_space", pa.int64()), ("bytes", pa.int64())])
 )
 _SQL_TYPE = "STRUCT(operation_type INTEGER, memory_space BIGINT, bytes BIGINT)[]"
+TORCH_COST_TYPE = pa.struct([("flops", pa.int64()), ("bytes_accessed", pa.int64()), ("rule", pa.string()),
+                             ("precision", pa.string()), ("composite", pa.bool_())])
+_TORCH_COST_SQL_TYPE = "STRUCT(flops BIGINT, bytes_accessed BIGINT, rule VARCHAR, precision VARCHAR, composite BOOLEAN)"
 _INT64_MAX = (1 << 63) - 1
 
 
@@ -118,6 +126,13 @@ def _memory_access_udf(blobs: pa.Array | pa.ChunkedArray) -> pa.Array:
     )
 
 
+def _torch_cost_udf(ops: pa.Array, dims: pa.Array, types: pa.Array, concrete: pa.Array) -> pa.Array:
+    costs = op_costs(ops.to_pylist(), dims.to_pylist(), types.to_pylist(), concrete.to_pylist())
+    return pa.array([None if c is None else {"flops": c.flops, "bytes_accessed": c.bytes_accessed, "rule": c.rule,
+                                             "precision": c.precision, "composite": c.composite} for c in costs],
+                    TORCH_COST_TYPE)
+
+
 _XLA_COLLECTIVES = ("all-reduce|all-gather|reduce-scatter|collective-permute|all-to-all|ragged-all-to-all"
                     "|collective-broadcast")
 # The name of the collective, as written by its source (letters only, lowercased below).
@@ -154,13 +169,17 @@ END"""
 
 
 def register_functions(con: duckdb.DuckDBPyConnection) -> None:
-    """Add ``xprosql_memory_access``, ``xprosql_collective``, ``xprosql_launch_kind`` and ``hardware_models``
-    to a DuckDB connection."""
+    """Add ``xprosql_memory_access``, ``xprosql_collective``, ``xprosql_launch_kind``, ``xprosql_torch_cost`` and
+    ``hardware_models`` to a DuckDB connection."""
     con.execute(f"CREATE MACRO _xprosql_collective_kind(raw) AS {_COLLECTIVE_KINDS}")
     con.execute("CREATE MACRO xprosql_collective(name, category) AS "
                 f"_xprosql_collective_kind(lower(regexp_replace({_COLLECTIVE_NAME}, '[^A-Za-z]', '', 'g')))")
     con.execute(f"CREATE MACRO xprosql_launch_kind(name) AS {_LAUNCH_KIND}")
     con.create_function(  # type: ignore[call-overload]  # duckdb's stubs know no arrow UDF
         "xprosql_memory_access", _memory_access_udf, ["BLOB"], _SQL_TYPE, type="arrow", side_effects=False
+    )
+    con.create_function(  # type: ignore[call-overload]
+        "xprosql_torch_cost", _torch_cost_udf, ["VARCHAR"] * 4, _TORCH_COST_SQL_TYPE, type="arrow", side_effects=False,
+        null_handling="special",
     )
     con.register("hardware_models", hardware_models_table())

@@ -8,6 +8,8 @@ is a private building block (``hta._gpu_ops``), never listed to users nor run by
 * ``-- scope: fleet`` when its rows compare profiles (they do not split by profile);
 * ``-- Needs: what a profile must hold to have rows`` (e.g. GPU kernels): a run names the profiles
   without rows and says this, rather than return nothing silently;
+* ``-- Input: <name> AS <query>``: a private building block that reads a CTE ``<name>`` its includer
+  defines; run on its own, ``<query>`` defines it;
 * ``-- Parameters:`` then one line per parameter, ``--   $name  TYPE  meaning, unit (default: VALUE)``;
   a parameter without a default must be given;
 * ``-- Passes: $a $b``: parameters of its includes it lets callers set (they keep the include's type,
@@ -46,6 +48,7 @@ _PARAMETER = re.compile(r"^\$([A-Za-z_][A-Za-z0-9_]*)\s+(\S+)\s+(.*?)\s*$")
 _COLUMN = re.compile(r"^([A-Za-z_][A-Za-z0-9_]*)\s{2,}(\S+(?: \S+)*?)\s{2,}(.*?)\s*$")
 _DEFAULT = re.compile(r"\s*\(default:\s*(.*?)\)\s*$")
 _PLACEHOLDER = re.compile(r"\$([A-Za-z_][A-Za-z0-9_]*)")
+_INPUT = re.compile(r"^Input:\s+([A-Za-z_][A-Za-z0-9_]*)\s+AS\s+(.+)$")
 # A description ending in ", <unit>" names the unit of its value.
 _UNIT = re.compile(
     r",\s*(ps|ns|us|ms|s|bytes|bytes/s|FLOP|FLOP/s|FLOP/byte|TFLOP/s|GB/s|Hz|cycles|%|0\.\.1)$"
@@ -99,6 +102,7 @@ class Module:
     own_parameters: dict[str, Parameter] = field(repr=False)
     passes: tuple[str, ...]
     columns: tuple[Column, ...] = field(repr=False)
+    inputs: dict[str, str] = field(default_factory=dict, repr=False)
 
     @property
     def area(self) -> str:
@@ -162,7 +166,7 @@ def _parse(module_id: str, path: Path) -> Module:
     for line in header[1:]:
         if not line.strip():
             break
-        if line.strip() != "scope: fleet" and not line.strip().startswith("Needs:"):
+        if line.strip() != "scope: fleet" and not line.strip().startswith(("Needs:", "Input:")):
             description_lines.append(line.strip())
     section = None
     parameters: dict[str, Parameter] = {}
@@ -170,10 +174,13 @@ def _parse(module_id: str, path: Path) -> Module:
     passes: list[str] = []
     fleet = False
     needs = None
+    inputs: dict[str, str] = {}
     for line in header[1:]:
         stripped = line.strip()
         if stripped == "scope: fleet":
             fleet = True
+        elif match := _INPUT.match(stripped):
+            inputs[match.group(1)] = match.group(2)
         elif stripped.startswith("Needs:"):
             needs = stripped.removeprefix("Needs:").strip()
         elif stripped.startswith("Passes:"):
@@ -195,7 +202,7 @@ def _parse(module_id: str, path: Path) -> Module:
     return Module(
         id=module_id, path=path, text=text, description=" ".join(description_lines), fleet=fleet, needs=needs,
         includes=tuple(dict.fromkeys(_INCLUDE.findall(text))), own_parameters=parameters,
-        passes=tuple(passes), columns=tuple(columns),
+        passes=tuple(passes), columns=tuple(columns), inputs=inputs,
     )
 
 
@@ -326,7 +333,12 @@ class Library:
 
         ``stored``: (module id, table) pairs; such an include reads the table that stores its rows instead.
         """
-        return self._expand(module_id, (), dict(stored))
+        text = self._expand(module_id, (), dict(stored))
+        inputs = self.modules[module_id].inputs
+        if not inputs:
+            return text
+        # Run on its own, a building block reads the inputs it declares, as an includer would define them.
+        return "WITH " + ", ".join(f"{name} AS ({query})" for name, query in inputs.items()) + f"\nSELECT * FROM (\n{text}\n)"
 
     def _expand(self, module_id: str, seen: tuple[str, ...], stored: dict[str, str]) -> str:
         if module_id in seen:

@@ -241,8 +241,17 @@ def layout(trace: Mapping[str, Any], *, gpu_pids: set[Any], metadata: Metadata,
     device_of = {pid: device_id for device_id, pid in enumerate(pids)}
     dropped: Counter[str] = Counter()
     device_rows, device_stat_rows = [], []
+    # ROCm traces list the visible GPUs in deviceProperties but name their streams' processes after the physical
+    # ones (kernels on pid 9, properties for id 0): a GPU without properties is the board the others all describe.
+    boards = {(p.get("name"), p.get("numSms"), p.get("totalGlobalMem")) for p in properties.values()}
+    shared = next(iter(properties.values())) if len(boards) == 1 else None
     for device_id, pid in enumerate(pids):
-        device_rows.append(_device_row(device_id, pid, is_gpu=pid in gpu_ids, props=properties.get(pid)))
+        own = properties.get(pid)
+        is_gpu = pid in gpu_ids
+        device_rows.append(_device_row(device_id, pid, is_gpu=is_gpu, props=own or (shared if is_gpu else None)))
+        if is_gpu and own is None and shared is not None:
+            device_stat_rows.append(stat_row((device_id,), "model_source",
+                                             "deviceProperties of the trace's other GPUs, which all describe one board"))
         for name, value in process_meta.get(pid, []):
             device_stat_rows.append(stat_row((device_id,), name, value))
         for name, value in (properties.get(pid) or {}).items():

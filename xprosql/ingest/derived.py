@@ -1,7 +1,8 @@
 """Tables derived from a profile at ingest, by the packaged SQL, so fleet queries need not rescan events.
 
 ``op_stats`` (``sql/ops/_op_stats.sql``) sums every op per device: the part of the
-roofline that reads events. It is computed once, from the decoded tables of the
+roofline that reads events; ``framework_op_kernels`` and ``framework_op_stats``
+(``sql/torch/``) place the GPU work of PyTorch traces in their CPU op trees. It is computed once, from the decoded tables of the
 profile being ingested (in memory when they are small, else their staged
 Parquet files), and committed with them, so the roofline of thousands of
 profiles reads a few hundred rows of each.
@@ -78,6 +79,8 @@ def derive_tables(staged: StagedProfile, decoded: DecodedTables | None = None) -
         for name, module_id in INGEST_DERIVED_TABLES.items():
             text, params = lib.runnable(module_id)
             rows = query(con, text, params).to_arrow_table()
+            con.register(f"derived_{name}", rows)  # what the next derived tables read
+            con.execute(f"CREATE OR REPLACE VIEW {name} AS SELECT * FROM derived_{name}")
             yield name, rows.drop_columns(["profile_id"]).cast(TABLES[name])
     finally:
         con.close()

@@ -141,6 +141,7 @@ class Chip:
     hbm_bytes: float
     peak_fp32_flops_per_s: float | None = None
     max_memory_bytes: float | None = None
+    peak_fp8_flops_per_s: float | None = None
 
 
 _T, _G, _GIB = 1e12, 1e9, float(1 << 30)
@@ -148,7 +149,9 @@ _T, _G, _GIB = 1e12, 1e9, float(1 << 30)
 # First match wins, so specific variants come before their family.
 # TPU and A100/H100/H200 numbers: docs/reference.md, peak numbers. V100 (SXM2) and B200
 # are not there: they are NVIDIA's datasheet numbers (V100: 125 TFLOP/s fp16
-# tensor, 15.7 fp32, 900 GB/s; B200: 2.25 PFLOP/s dense bf16, 8 TB/s).
+# tensor, 15.7 fp32, 900 GB/s; B200: 2.25 PFLOP/s dense bf16, 4.5 fp8, 80 TFLOP/s fp32, 8 TB/s;
+# H100 PCIe fp8 1513). fp8 peaks are dense (the data sheets' "with sparsity" numbers halved);
+# A100, V100 and the CDNA2 GPUs have no fp8 units.
 CHIPS: tuple[Chip, ...] = (
     Chip("TPU v4", "tpu", r"^tpuv4($|pod)", 275 * _T, 1200 * _G, 32 * _GIB),
     Chip("TPU v5e", "tpu", r"^tpuv5(lite|e)", 197 * _T, 819 * _G, 16 * _G),
@@ -159,19 +162,19 @@ CHIPS: tuple[Chip, ...] = (
     Chip("A100 40GB", "gpu", r"a100.*40gb", 312 * _T, 1555 * _G, 40 * _G, 19.5 * _T),
     Chip("A100 40GB", "gpu", r"a100", 312 * _T, 1555 * _G, 40 * _G, 19.5 * _T, max_memory_bytes=48 * _G),
     Chip("A100", "gpu", r"a100", 312 * _T, 2039 * _G, 80 * _G, 19.5 * _T),
-    Chip("H100 PCIe", "gpu", r"h100.*pcie", 756 * _T, 2000 * _G, 80 * _G, 51 * _T),
-    Chip("H100", "gpu", r"h100", 989 * _T, 3350 * _G, 80 * _G, 67 * _T),
-    Chip("H200", "gpu", r"h200", 989 * _T, 4800 * _G, 141 * _G, 67 * _T),
-    Chip("B200", "gpu", r"b200", 2250 * _T, 8000 * _G, 192 * _G),
+    Chip("H100 PCIe", "gpu", r"h100.*pcie", 756 * _T, 2000 * _G, 80 * _G, 51 * _T, peak_fp8_flops_per_s=1513 * _T),
+    Chip("H100", "gpu", r"h100", 989 * _T, 3350 * _G, 80 * _G, 67 * _T, peak_fp8_flops_per_s=1979 * _T),
+    Chip("H200", "gpu", r"h200", 989 * _T, 4800 * _G, 141 * _G, 67 * _T, peak_fp8_flops_per_s=1979 * _T),
+    Chip("B200", "gpu", r"b200", 2250 * _T, 8000 * _G, 192 * _G, 80 * _T, peak_fp8_flops_per_s=4500 * _T),
     # AMD data sheet peaks (dense fp16/bf16 matrix; not the lower "max achievable"), docs/reference.md,
     # AMD GPUs. ROCm shows each GCD of an MI250 / MI250X as a device: their rows are half a module.
     Chip("MI250X GCD", "gpu", r"mi250x", 383 * _T / 2, 3200 * _G / 2, 128 * _G / 2, 47.9 * _T / 2),
     Chip("MI250 GCD", "gpu", r"mi250", 362.1 * _T / 2, 3200 * _G / 2, 128 * _G / 2, 45.3 * _T / 2),
     Chip("MI210", "gpu", r"mi210", 181 * _T, 1600 * _G, 64 * _G, 22.6 * _T),
-    Chip("MI300A", "gpu", r"mi300a", 980.6 * _T, 5300 * _G, 128 * _G, 122.6 * _T),
-    Chip("MI300X", "gpu", r"mi300x", 1307.4 * _T, 5300 * _G, 192 * _G, 163.4 * _T),
-    Chip("MI325X", "gpu", r"mi325x", 1307.4 * _T, 6000 * _G, 256 * _G, 163.4 * _T),
-    Chip("MI355X", "gpu", r"mi355x", 2500 * _T, 8000 * _G, 288 * _G, 157.3 * _T),
+    Chip("MI300A", "gpu", r"mi300a", 980.6 * _T, 5300 * _G, 128 * _G, 122.6 * _T, peak_fp8_flops_per_s=1961.2 * _T),
+    Chip("MI300X", "gpu", r"mi300x", 1307.4 * _T, 5300 * _G, 192 * _G, 163.4 * _T, peak_fp8_flops_per_s=2614.9 * _T),
+    Chip("MI325X", "gpu", r"mi325x", 1307.4 * _T, 6000 * _G, 256 * _G, 163.4 * _T, peak_fp8_flops_per_s=2614.9 * _T),
+    Chip("MI355X", "gpu", r"mi355x", 2500 * _T, 8000 * _G, 288 * _G, 157.3 * _T, peak_fp8_flops_per_s=5000 * _T),
 )
 
 
@@ -206,6 +209,7 @@ def hardware_models_table() -> pa.Table:
         "model_pattern": [c.pattern for c in CHIPS],
         "peak_flops_per_s": pa.array([c.peak_flops_per_s for c in CHIPS], pa.float64()),
         "peak_fp32_flops_per_s": pa.array([c.peak_fp32_flops_per_s for c in CHIPS], pa.float64()),
+        "peak_fp8_flops_per_s": pa.array([c.peak_fp8_flops_per_s for c in CHIPS], pa.float64()),
         "peak_hbm_bytes_per_s": pa.array([c.peak_hbm_bytes_per_s for c in CHIPS], pa.float64()),
         "hbm_bytes": pa.array([c.hbm_bytes for c in CHIPS], pa.float64()),
         "max_memory_bytes": pa.array([c.max_memory_bytes for c in CHIPS], pa.float64()),

@@ -256,15 +256,59 @@ TABLES: dict[str, pa.Schema] = {
         _col("derived_transcendentals", pa.int64(), "transcendental ops (exp, tanh, ...) of one execution, derived like derived_flops"),
         _col("derived_bytes_accessed", pa.int64(), "bytes read and written by one execution, derived from operand and result sizes (fusions: what their body reads plus their results)", "bytes"),
     ]),
+    # Derived at ingest by sql/torch/_framework_op_kernels.sql: the PyTorch op each GPU activity of a Kineto
+    # trace belongs to (the roofline, the bottleneck breakdown and framework_ops read it).
+    "framework_op_kernels": pa.schema([
+        _col("event_id", pa.int64(), "events.event_id of the kernel, copy or memset"),
+        _col("device_id", pa.int32(), "devices.device_id of the GPU"),
+        _col("activity", _dict_str, "kernel, memcpy or memset"),
+        _col("start_ps", pa.int64(), "the activity's start", "ps"),
+        _col("dur_ps", pa.int64(), "its duration", "ps"),
+        _col("launch_id", pa.int64(), "events.event_id of the API call that launched it (same correlation id)"),
+        _col("innermost_op_id", pa.int64(), "events.event_id of the innermost op (cpu_op) around the launch"),
+        _col("around_op_ids", pa.list_(pa.int64()), "every op around the launch, innermost first"),
+        _col("op_event_id", pa.int64(), "events.event_id of the op call it belongs to: the nearest op around the launch with costs of its own, else the innermost"),
+        _col("op", _dict_str, "that op's name, e.g. aten::mm"),
+        _col("input_shapes", pa.string(), "its Input Dims as recorded (JSON)"),
+        _col("input_dtypes", pa.string(), "its Input type as recorded (JSON)"),
+        _col("precision", _dict_str, "dtype class of its math: fp8, bf16, fp16, fp32, fp64, int8, int"),
+        _col("cost_source", _dict_str, "trace (the trace's flops arg), shapes (xprosql.models.torch_costs) or null (no cost data)"),
+        _col("first_of_call", pa.bool_(), "the call's first activity on this device: it carries the call's costs"),
+        _col("flops", pa.float64(), "the call's FLOPs on its first activity, 0 on the others, null without cost data", "FLOP"),
+        _col("bytes_accessed", pa.float64(), "the call's bytes like flops", "bytes"),
+    ]),
+    # Derived at ingest by sql/torch/_framework_op_stats.sql: PyTorch ops per device and input signature.
+    "framework_op_stats": pa.schema([
+        _col("device_id", pa.int32(), "devices.device_id of the GPU its subtree's activities ran on, else of the host"),
+        _col("op", pa.string(), "op name, e.g. aten::mm"),
+        _col("input_shapes", pa.string(), "Input Dims as recorded (JSON); null without record_shapes"),
+        _col("input_dtypes", pa.string(), "Input type as recorded (JSON)"),
+        _col("precision", _dict_str, "dtype class of the op's math: fp8, bf16, fp16, fp32, fp64, int8, int"),
+        _col("cost_source", _dict_str, "trace, shapes, nested (the costed ops inside it) or null (none)"),
+        _col("cost_rule", _dict_str, "the rule of an op costed by its own shapes: gemm, conv, attention, unary, ..."),
+        _col("occurrences", pa.int64(), "calls"),
+        _col("costed_occurrences", pa.int64(), "calls with cost data"),
+        _col("cpu_total_time_ps", pa.int64(), "CPU time of the calls, including the ops they call", "ps"),
+        _col("cpu_self_time_ps", pa.int64(), "CPU time less that of the ops and API calls directly inside", "ps"),
+        _col("kernel_time_ps", pa.int64(), "per call, the union of its subtree's GPU activities, summed over calls", "ps"),
+        _col("costed_kernel_time_ps", pa.int64(), "kernel_time_ps of the calls with cost data", "ps"),
+        _col("self_kernel_time_ps", pa.int64(), "GPU activities whose launch's innermost op is this op", "ps"),
+        _col("kernels", pa.int64(), "GPU activities (kernels, copies, memsets) in the calls' subtrees"),
+        _col("flops", pa.float64(), "FLOPs of the calls with cost data", "FLOP"),
+        _col("bytes_accessed", pa.float64(), "bytes of the calls with cost data", "bytes"),
+    ]),
     # Derived at ingest by sql/ops/_op_stats.sql from the tables above: what the roofline reads.
     "op_stats": pa.schema([
         _col("device_id", pa.int32(), "devices.device_id the op ran on"),
         _col("device_kind", _dict_str, "tpu, gpu or cpu (host planes running XLA:CPU programs)"),
         _col("program_id", pa.uint64(), "XLA program id; null for ops without one"),
-        _col("op", pa.string(), "HLO op (events.hlo_op), else the event name (a GPU kernel)"),
+        _col("op", pa.string(), "HLO op (events.hlo_op); for Kineto traces the PyTorch op of framework_op_kernels; else the event name (a GPU kernel)"),
+        _col("input_shapes", pa.string(), "a PyTorch op's Input Dims (JSON); null for other ops"),
+        _col("input_dtypes", pa.string(), "a PyTorch op's Input type (JSON)"),
+        _col("precision", _dict_str, "a PyTorch op's dtype class (fp8, bf16, fp16, fp32, ...): which FLOP/s roof applies"),
         _col("module", pa.string(), "HLO module name, when known"),
-        _col("category", pa.string(), "HLO category from the profile, else the HLO opcode"),
-        _col("cost_source", _dict_str, "where flops and bytes came from: profile (op stats), hlo (hlo_ops.derived_*) or null (none)"),
+        _col("category", pa.string(), "HLO category from the profile, else the HLO opcode; PyTorch ops: cpu_op"),
+        _col("cost_source", _dict_str, "where flops and bytes came from: profile (op stats), hlo (hlo_ops.derived_*), trace or shapes (PyTorch ops: the trace's flops arg, xprosql.models.torch_costs) or null (none)"),
         _col("occurrences", pa.int64(), "executions"),
         _col("total_time_ps", pa.int64(), "time including nested ops", "ps"),
         _col("self_time_ps", pa.int64(), "total_time_ps minus the time of ops nested in it on the same line", "ps"),
@@ -335,7 +379,10 @@ TABLES: dict[str, pa.Schema] = {
 
 # Table -> the SQL module (sql/<area>/<name>.sql) whose rows it stores, run with its default parameters.
 # Written at ingest from the profile's decoded tables:
-INGEST_DERIVED_TABLES: dict[str, str] = {"op_stats": "ops._op_stats"}
+# (in this order: each reads the tables derived before it).
+INGEST_DERIVED_TABLES: dict[str, str] = {"framework_op_kernels": "torch._framework_op_kernels",
+                                         "framework_op_stats": "torch._framework_op_stats",
+                                         "op_stats": "ops._op_stats"}
 # Written by compaction for each pack, from the pack's other tables:
 PACK_DERIVED_TABLES: dict[str, str] = {"stored_steps": "steps.steps", "stored_bottleneck_steps": "steps._bottleneck_steps"}
 

@@ -16,6 +16,7 @@ Example:
 
 from __future__ import annotations
 
+import json
 import math
 import os
 from collections.abc import Callable, Mapping
@@ -36,6 +37,9 @@ __all__ = ["ROOFLINE_KEYS", "memory_bound", "plot_roofline", "roofline", "roofli
 ROOFLINE_KEYS = ["row_kind", "profile_id", "device_kind", "program_id", "op"]
 
 _INNER_OP_CATEGORIES = ("call", "conditional", "while", "megacore fusion")
+# Kineto events on a GPU's lines that are no GPU work (sql/ops/_op_stats.sql).
+_NOT_GPU_WORK = ("gpu_user_annotation", "cuda_sync", "python_function", "cpu_op", "user_annotation", "cpu_instant_event",
+                 "cuda_runtime", "cuda_driver")
 _MEMORIES = ("HBM", "VMEM read", "VMEM write", "CMEM read", "CMEM write")
 _ASYNC_OP = r"-(start|done)(\.[0-9]+)?$"
 
@@ -99,6 +103,14 @@ def _strings(frame: pl.LazyFrame) -> pl.LazyFrame:
     return frame.with_columns(
         pl.col(name).cast(pl.String) for name, dtype in schema.items() if dtype in (pl.Categorical, pl.Enum) or isinstance(dtype, (pl.Categorical, pl.Enum))
     )
+
+
+def _cost_source() -> pl.Expr:
+    """The cost source of a group of ops, by precedence (sql/ops/roofline.sql)."""
+    expr: Any = pl
+    for source in ("profile", "hlo", "trace", "shapes"):
+        expr = expr.when((pl.col("cost_source") == source).any()).then(pl.lit(source))
+    return expr.otherwise(None).alias("cost_source")
 
 
 def _sum_or_null(expr: pl.Expr) -> pl.Expr:
@@ -172,19 +184,28 @@ def roofline_polars(
     is_op = (
         ((pl.col("kind") == "tpu") & (pl.col("track_name") == "XLA Ops"))
         | ((pl.col("kind") == "gpu") & pl.col("stream_id").is_not_null()
-           & (pl.col("category").fill_null("") != "gpu_user_annotation"))
+           & ~pl.col("category").fill_null("").is_in(list(_NOT_GPU_WORK)))
         | (pl.col("kind").is_in(["host", "cpu"]) & pl.col("hlo_op").is_not_null() & ~pl.col("profile_id").is_in(accelerated))
     )
-    op_events = ev.filter(is_op).select(
+    # PyTorch GPU work belongs to the op that launched it; the op's costs come with its first activity.
+    torch_kernels = table("framework_op_kernels").select(
+        "profile_id", "event_id", pl.col("op").alias("torch_op"), "input_shapes", "input_dtypes", "precision",
+        pl.col("cost_source").alias("torch_cost_source"), "first_of_call",
+        pl.col("flops").alias("torch_flops"), pl.col("bytes_accessed").alias("torch_bytes"))
+    op_events = ev.filter(is_op).join(torch_kernels, on=["profile_id", "event_id"], how="left").select(
         "profile_id", "device_id", "track_id", "event_id", "metadata_id",
         pl.when(pl.col("kind").is_in(["tpu", "gpu"])).then(pl.col("kind")).otherwise(pl.lit("cpu")).alias("device_kind"),
         "program_id", "hlo_op",
-        pl.coalesce("hlo_op", "name").alias("op"),
-        "hlo_module", "category",
-        pl.col("num_occurrences").fill_null(1).alias("occurrences"),
+        pl.coalesce("hlo_op", "torch_op", "name").alias("op"),
+        "input_shapes", "input_dtypes", "precision",
+        "hlo_module",
+        pl.when(pl.col("first_of_call").is_null()).then(pl.col("category")).otherwise(pl.lit("cpu_op")).alias("category"),
+        pl.when(pl.col("first_of_call").is_null()).then(pl.col("num_occurrences").fill_null(1))
+        .otherwise(pl.col("first_of_call").cast(pl.Int64)).alias("occurrences"),
         pl.coalesce("device_offset_ps", "start_ps").alias("start_ps"),
         pl.coalesce("device_duration_ps", "dur_ps").alias("dur_ps"),
-        "flops", "bytes_accessed",
+        pl.coalesce("flops", "torch_flops").alias("flops"), pl.coalesce("bytes_accessed", "torch_bytes").alias("bytes_accessed"),
+        "torch_cost_source",
         # A host plane running several XLA devices tags each op with its device (ops/_op_stats.sql).
         pl.when(~pl.col("kind").is_in(["tpu", "gpu"])).then(pl.col("xla_device")).alias("xla_device"),
     ).collect()
@@ -284,7 +305,8 @@ def roofline_polars(
             (pl.col("dur_ps") - pl.col("children_ps").fill_null(0)).clip(lower_bound=0).alias("self_ps"),
             pl.coalesce("flops", "derived_flops").alias("flops_each"),
             pl.coalesce("bytes_accessed", "derived_bytes_accessed").alias("bytes_each"),
-            pl.when(pl.col("flops").is_not_null() | pl.col("bytes_accessed").is_not_null()).then(pl.lit("profile"))
+            pl.when(pl.col("torch_cost_source").is_not_null()).then(pl.col("torch_cost_source"))
+            .when(pl.col("flops").is_not_null() | pl.col("bytes_accessed").is_not_null()).then(pl.lit("profile"))
             .when(pl.col("derived_flops").is_not_null() | pl.col("derived_bytes_accessed").is_not_null()).then(pl.lit("hlo"))
             .otherwise(None).alias("cost_source"),
             # The event's breakdown wins over its metadata's, as for promoted stats.
@@ -296,12 +318,12 @@ def roofline_polars(
 
     occ = pl.col("occurrences")
     ops = (
-        costed.group_by("profile_id", "device_kind", "program_id", "op")
+        costed.group_by("profile_id", "device_kind", "program_id", "op", "input_shapes", "input_dtypes")
         .agg(
+            pl.col("precision").drop_nulls().first().alias("precision"),
             pl.col("hlo_module").drop_nulls().first().alias("module"),
             pl.coalesce(pl.col("category").drop_nulls().first(), pl.col("opcode").drop_nulls().first()).alias("category"),
-            pl.when((pl.col("cost_source") == "profile").any()).then(pl.lit("profile"))
-            .when((pl.col("cost_source") == "hlo").any()).then(pl.lit("hlo")).otherwise(None).alias("cost_source"),
+            _cost_source(),
             pl.struct("device_id", "xla_device").n_unique().cast(pl.Int64).alias("devices"),
             occ.sum().alias("occurrences"),
             pl.col("dur_ps").sum().alias("total_time_ps"),
@@ -319,10 +341,41 @@ def roofline_polars(
         )
     )
 
-    device_time = (
-        op_events.filter(pl.col("start_ps").is_not_null())
-        .group_by("profile_id", "device_kind", "device_id", "xla_device")
+    # PyTorch profiles without GPU activity: each costed op on its CPU, by its CPU time (ops/_op_stats.sql).
+    torch_profiles = table("framework_op_kernels").select("profile_id").unique().collect()["profile_id"].to_list()
+    torch_cpu = (
+        table("framework_op_stats")
+        .filter(pl.col("cost_source").is_in(["trace", "shapes"]) & ~pl.col("profile_id").is_in(torch_profiles)
+                & ~pl.col("profile_id").is_in(accelerated))
+        .collect()
+    )
+    cpu_device_spans = (
+        table("events").filter((pl.col("category") == "cpu_op") & pl.col("start_ps").is_not_null()
+                               & pl.col("profile_id").is_in(torch_cpu["profile_id"].unique().to_list()))
+        .group_by("profile_id", "device_id")
         .agg(((pl.col("start_ps") + pl.col("dur_ps")).max() - pl.col("start_ps").min()).alias("span_ps"))
+        .with_columns(pl.lit("cpu").alias("device_kind")).collect()
+    )
+    ops = pl.concat([ops, torch_cpu.group_by("profile_id", "op", "input_shapes", "input_dtypes").agg(
+        pl.lit("cpu").alias("device_kind"), pl.lit(None, pl.UInt64).alias("program_id"),
+        pl.col("precision").drop_nulls().first().cast(pl.String).alias("precision"), pl.lit(None, pl.String).alias("module"),
+        pl.lit("cpu_op").alias("category"), _cost_source(), pl.col("device_id").n_unique().cast(pl.Int64).alias("devices"),
+        pl.col("occurrences").sum().alias("occurrences"),
+        *[pl.col("cpu_total_time_ps").sum().alias(c) for c in ("total_time_ps", "self_time_ps", "bandwidth_time_ps")],
+        pl.lit(None, pl.Int64).alias("async_window_ps"),
+        pl.col("flops").sum().alias("flops"), pl.col("bytes_accessed").sum().alias("bytes_accessed"),
+        pl.lit(False).alias("has_breakdown"), pl.lit(0.0).alias("breakdown_hbm_bytes"),
+        pl.col("bytes_accessed").sum().alias("hbm_bytes"),
+        *[pl.lit(None, pl.Float64).alias(f"{name}_bytes") for name in ("vmem_read", "vmem_write", "cmem_read", "cmem_write")],
+    )], how="diagonal_relaxed")
+
+    device_time = (
+        pl.concat([
+            op_events.filter(pl.col("start_ps").is_not_null())
+            .group_by("profile_id", "device_kind", "device_id", "xla_device")
+            .agg(((pl.col("start_ps") + pl.col("dur_ps")).max() - pl.col("start_ps").min()).alias("span_ps")),
+            cpu_device_spans,
+        ], how="diagonal_relaxed")
         .group_by("profile_id", "device_kind").agg(pl.col("span_ps").sum().alias("device_time_ps"))
     )
 
@@ -333,8 +386,7 @@ def roofline_polars(
 
     def total_aggs() -> list[pl.Expr]:
         return [
-            pl.when((pl.col("cost_source") == "profile").any()).then(pl.lit("profile"))
-            .when((pl.col("cost_source") == "hlo").any()).then(pl.lit("hlo")).otherwise(None).alias("cost_source"),
+            _cost_source(),
             pl.col("devices").max().alias("devices"),
             pl.col("occurrences").sum().alias("occurrences"),
             pl.col("self_time_ps").sum().alias("self_time_ps"),
@@ -367,22 +419,31 @@ def roofline_polars(
     op_rows = ops.with_columns(pl.lit("op").alias("row_kind"))
     if top is not None:
         op_rows = (
-            op_rows.sort(["self_time_ps", "program_id", "op"], descending=[True, False, False], nulls_last=True)
+            op_rows.sort(["self_time_ps", "program_id", "op", "input_shapes", "input_dtypes"],
+                         descending=[True, False, False, False, False], nulls_last=True)
             .filter(pl.int_range(pl.len()).over(["profile_id", "device_kind"]) < top)
         )
     row_columns = [
-        "row_kind", "profile_id", "device_kind", "program_id", "module", "op", "category", "cost_source", "devices",
+        "row_kind", "profile_id", "device_kind", "program_id", "module", "op", "input_shapes", "input_dtypes", "precision",
+        "category", "cost_source", "devices",
         "occurrences", "total_time_ps", "self_time_ps", "async_window_ps", "bandwidth_time_ps", "flops", "bytes_accessed",
         "hbm_bytes", "vmem_read_bytes", "vmem_write_bytes", "cmem_read_bytes", "cmem_write_bytes",
     ]
+    totals = totals.with_columns(*[pl.lit(None, pl.String).alias(c) for c in ("input_shapes", "input_dtypes", "precision")])
     rows = pl.concat([op_rows.select(row_columns), totals.select(row_columns)], how="vertical_relaxed")
 
-    peaks = _peaks(table, op_events, options)
+    peaks = _peaks(table, pl.concat([op_events.select("profile_id", "device_id"), torch_cpu.select("profile_id", "device_id")]),
+                   options)
 
     seconds = lambda column: pl.when(pl.col(column) != 0).then(pl.col(column)).otherwise(None) * 1e-12  # noqa: E731
     out = (
         rows.join(device_time, on=["profile_id", "device_kind"], how="left")
         .join(peaks, on=["profile_id", "device_kind"], how="left")
+        .with_columns(  # an fp32 or fp8 op has its precision's roof where the chip table has one (sql/ops/roofline.sql)
+            pl.when(pl.col("precision") == "fp32").then(pl.coalesce("peak_fp32_flops_per_s", "peak_flops_per_s"))
+            .when(pl.col("precision") == "fp8").then(pl.coalesce("peak_fp8_flops_per_s", "peak_flops_per_s"))
+            .otherwise(pl.col("peak_flops_per_s")).alias("peak_flops_per_s"),
+        )
         .with_columns(
             (pl.col("flops") / seconds("total_time_ps")).alias("flop_rate"),
             (pl.col("bytes_accessed") / seconds("bandwidth_time_ps")).alias("memory_bandwidth"),
@@ -414,8 +475,8 @@ def roofline_polars(
         (pl.col("peak_flops_per_s") / pl.col("peak_hbm_bytes_per_s")).alias("ridge_point"),
     )
     columns = [
-        "row_kind", "profile_id", "device_kind", "program_id", "module", "op", "category", "cost_source", "devices", "occurrences",
-        "total_time_ps", "self_time_ps", "device_time_ps", "self_time_share", "async_window_ps",
+        "row_kind", "profile_id", "device_kind", "program_id", "module", "op", "input_shapes", "input_dtypes", "precision",
+        "category", "cost_source", "devices", "occurrences", "total_time_ps", "self_time_ps", "device_time_ps", "self_time_share", "async_window_ps",
         "flops", "bytes_accessed", "hbm_bytes", "vmem_read_bytes", "vmem_write_bytes", "cmem_read_bytes", "cmem_write_bytes",
         "flop_rate", "memory_bandwidth", "hbm_bandwidth", "operational_intensity", "hbm_operational_intensity",
         "peak_flops_per_s", "peak_hbm_bytes_per_s", "peak_vmem_read_bytes_per_s", "peak_vmem_write_bytes_per_s",
@@ -427,18 +488,18 @@ def roofline_polars(
     order = pl.col("row_kind").replace_strict({"profile": 0, "program": 1, "op": 2}, return_dtype=pl.Int8)
     return (
         out.lazy().with_columns(order.alias("_order"))
-        .sort(["profile_id", "device_kind", "_order", "self_time_ps", "program_id", "op"],
-              descending=[False, False, False, True, False, False], nulls_last=True)
+        .sort(["profile_id", "device_kind", "_order", "self_time_ps", "program_id", "op", "input_shapes", "input_dtypes"],
+              descending=[False, False, False, True, False, False, False, False], nulls_last=True)
         .select(columns)
     )
 
 
-def _peaks(table: Callable[[str], pl.LazyFrame], op_events: pl.DataFrame, options: Mapping[str, Any]) -> pl.DataFrame:
+def _peaks(table: Callable[[str], pl.LazyFrame], op_devices: pl.DataFrame, options: Mapping[str, Any]) -> pl.DataFrame:
     """The roofs per (profile, device kind) by the SQL's one definition (``sql/ops/_peaks.sql``), over the frames."""
     frames = {
         "devices": table("devices").collect().to_arrow(),
         "device_stats": table("device_stats").collect().to_arrow(),
-        "op_stats": op_events.select("profile_id", "device_id").unique().to_arrow(),  # the devices that ran ops
+        "op_stats": op_devices.unique().to_arrow(),  # the devices that ran ops
     }
     text, params = library().runnable("ops._peaks", {k: v for k, v in options.items() if k != "top"})
     con = connect_views({name: f"SELECT * FROM _frame_{name}" for name in frames},
@@ -457,6 +518,17 @@ _COLORS = {
     "compute": "#d62728", "HBM": "#1f77b4", "VMEM read": "#2ca02c", "VMEM write": "#98df8a",
     "CMEM read": "#9467bd", "CMEM write": "#c5b0d5", "unknown": "#7f7f7f",
 }
+
+
+def _op_label(row: Mapping[str, Any]) -> str:
+    """An op's name for a chart, with a PyTorch op's tensor shapes: ``aten::mm [8944,1024]x[1024,2816]``."""
+    name = row["op"] if len(row["op"] or "") <= 32 else row["op"][:30] + "…"
+    try:
+        dims = json.loads(row.get("input_shapes") or "[]")
+    except ValueError:
+        return name
+    tensors = ["[" + ",".join(map(str, d)) + "]" for d in dims if isinstance(d, list) and d and all(isinstance(x, int) for x in d)]
+    return f"{name} {'x'.join(tensors)}" if tensors else name
 
 
 def plot_roofline(
@@ -505,6 +577,15 @@ def plot_roofline(
     ops = frame.filter(key & (pl.col("row_kind") == "op"))
     drawn = ops.filter((pl.col("flops") > 0) & (pl.col("bytes_accessed") > 0) & (pl.col("flop_rate") > 0))
     hidden = ops.filter(~((pl.col("flops") > 0) & (pl.col("bytes_accessed") > 0) & (pl.col("flop_rate") > 0)))
+    if drawn.is_empty():
+        costed = ops.filter(pl.col("cost_source").is_not_null()).height
+        raise ValueError(
+            f"no op of profile {total['profile_id']} ({total['device_kind']}) has FLOPs and bytes to place "
+            f"({ops.height} ops, {costed} with cost data): " + (
+                "its ops do no FLOPs (copies, data movement)" if costed else
+                "PyTorch traces need record_shapes=True (or with_flops=True) for op costs; GPU kernels that no op "
+                "in the trace launched have none" if total["device_kind"] == "gpu" else
+                "the profile records no op costs"))
 
     peak = total["peak_flops_per_s"]
     roofs = [("HBM", total["peak_hbm_bytes_per_s"])]
@@ -547,7 +628,7 @@ def plot_roofline(
                alpha=0.7, edgecolors="black", linewidths=0.5, zorder=3)
     labelled = drawn.sort("self_time_ps", descending=True).head(label_top)
     for i, row in enumerate(labelled.iter_rows(named=True)):
-        name = row["op"] if len(row["op"] or "") <= 32 else row["op"][:30] + "…"
+        name = _op_label(row)
         ax.annotate(f"{name} ({100 * (row['self_time_share'] or 0):.2g}%)", (row["operational_intensity"], row["flop_rate"]),
                     xytext=(8, 10 - 12 * i), textcoords="offset points", fontsize=7,
                     arrowprops={"arrowstyle": "-", "color": "gray", "linewidth": 0.5})
