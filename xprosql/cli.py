@@ -41,7 +41,17 @@ DEMO_PROFILE = "tpu_v6e_inference.xplane.pb"
 
 def _print_table(result: Result, *, max_rows: int = 50) -> None:
     with pl.Config(tbl_rows=max_rows, fmt_str_lengths=70, tbl_width_chars=200, tbl_hide_dataframe_shape=True):
-        print(_frame(result.arrow(), nested_as_json=False))
+        print(_printable(_frame(result.arrow(), nested_as_json=False)))
+
+
+# Control characters as Unicode's pictures of them (ESC as ␛): names from a profile cannot drive the terminal.
+_CONTROLS = [chr(c) for c in (*range(0x20), 0x7F)]
+_PICTURES = [chr(0x2400 + c) for c in range(0x20)] + ["\u2421"]
+
+
+def _printable(frame: pl.DataFrame) -> pl.DataFrame:
+    """``frame`` with the control characters of its text shown, not sent, for a terminal."""
+    return frame.with_columns(pl.col(pl.String).str.replace_many(_CONTROLS, _PICTURES))
 
 
 def _frame(table: pa.Table, *, nested_as_json: bool) -> pl.DataFrame:
@@ -144,13 +154,15 @@ def _cmd_ingest(args: argparse.Namespace) -> int:
     interrupted = False
     try:
         report = ingest(
-            args.sources, into=args.into, jobs=args.jobs, tags=_parse_tags(args.tag), progress=args.progress, compact=compact
+            args.sources, into=args.into, jobs=args.jobs, tags=_parse_tags(args.tag), progress=args.progress, compact=compact,
+            keep_secrets=args.keep_secrets,
         )
     except IngestInterrupted as exc:
         report, interrupted = exc.report, True
     if not args.quiet:
         for item in report.ingested:
-            print(f"ingested {item.path} -> profile {item.profile_id} ({item.rows.get('events', 0)} events)")
+            secrets = f", {item.redacted_secrets} secrets redacted" if item.redacted_secrets else ""
+            print(f"ingested {item.path} -> profile {item.profile_id} ({item.rows.get('events', 0)} events{secrets})")
         for item in report.skipped:
             print(f"already present {item.path} (profile {item.profile_id})")
     for path, reason in report.failed:  # at the end, after the progress bar: the list to act on
@@ -161,6 +173,9 @@ def _cmd_ingest(args: argparse.Namespace) -> int:
     if interrupted:
         print(f"interrupted: {len(report.not_done)} files not done; run the same command again to resume", file=sys.stderr)
         return 130
+    if report.stopped:
+        print(f"error: stopped: {report.stopped}; {len(report.not_done)} files not done: free space and run the same "
+              f"command again to resume", file=sys.stderr)
     return 0 if report.ok else 1
 
 
@@ -291,7 +306,7 @@ def _cmd_roofline(args: argparse.Namespace) -> int:
         )
         with pl.Config(tbl_rows=args.max_rows, fmt_str_lengths=40, tbl_width_chars=220, tbl_hide_dataframe_shape=True,
                        float_precision=4):
-            print(shown)
+            print(_printable(shown))
     if args.out:
         path = plot_roofline(frame, args.out, profile_id=args.profile[0] if args.profile else None)
         print(f"wrote {path}", file=sys.stderr)
@@ -424,6 +439,8 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--compact", choices=["auto", "always", "never"], default="auto",
                    help="pack small profiles after ingesting (auto: once enough are unpacked)")
     p.add_argument("--quiet", "-q", action="store_true", help="no line per file; failures and the summary only")
+    p.add_argument("--keep-secrets", action="store_true",
+                   help="store credentials as the files hold them (default: replaced by <redacted> and counted)")
     p.set_defaults(func=_cmd_ingest)
 
     p = commands.add_parser("compact", help="merge small profiles' files into packs (readers keep working)")

@@ -665,23 +665,31 @@ class Warehouse:
             loose_by_table = {t: dict(snap.loose.get(t, ())) for t in TABLES}
             pack_of = {p: pack for pack in underfull for p in pack.profiles}
             new_packs = []
-            for index, group in enumerate(groups):
-                pack_id = f"g{new_generation:06d}-{index:04d}-{uuid.uuid4().hex[:8]}"
-                rows = {}
-                for table in (t for t in TABLES if t not in PACK_DERIVED_TABLES):
-                    loose_files = [loose_by_table[table][p] for p in group if p in loose_by_table[table]]
-                    pack_files = sorted({
-                        pack_of[p].file(self.root, table) for p in group if p in pack_of and table in pack_of[p].rows
-                    })
-                    target = Pack(pack_id, tuple(group)).file(self.root, table)
-                    rows[table] = self._write_pack_file(table, target, loose_files, pack_files, group)
-                for table in PACK_DERIVED_TABLES if derive is not None else ():
-                    assert derive is not None  # the loop runs only with it
-                    pack = Pack(pack_id, tuple(group), dict(rows))
-                    rows[table] = self._write_derived(table, pack, derive(table, Snapshot(str(self.root), new_generation, pack.profiles, {}, (pack,))))
-                new_packs.append({"id": pack_id, "profiles": group, "rows": rows})
-                for table, n in rows.items():
-                    report.rows[table] = report.rows.get(table, 0) + n
+            written: list[Path] = []  # what a failure (a full disk) must not leave filling the disk
+            try:
+                for index, group in enumerate(groups):
+                    pack_id = f"g{new_generation:06d}-{index:04d}-{uuid.uuid4().hex[:8]}"
+                    rows = {}
+                    for table in (t for t in TABLES if t not in PACK_DERIVED_TABLES):
+                        loose_files = [loose_by_table[table][p] for p in group if p in loose_by_table[table]]
+                        pack_files = sorted({
+                            pack_of[p].file(self.root, table) for p in group if p in pack_of and table in pack_of[p].rows
+                        })
+                        target = Pack(pack_id, tuple(group)).file(self.root, table)
+                        written.append(Path(target))
+                        rows[table] = self._write_pack_file(table, target, loose_files, pack_files, group)
+                    for table in PACK_DERIVED_TABLES if derive is not None else ():
+                        assert derive is not None  # the loop runs only with it
+                        pack = Pack(pack_id, tuple(group), dict(rows))
+                        written.append(Path(pack.file(self.root, table)))
+                        rows[table] = self._write_derived(table, pack, derive(table, Snapshot(str(self.root), new_generation, pack.profiles, {}, (pack,))))
+                    new_packs.append({"id": pack_id, "profiles": group, "rows": rows})
+                    for table, n in rows.items():
+                        report.rows[table] = report.rows.get(table, 0) + n
+            except BaseException:
+                for path in written:
+                    path.unlink(missing_ok=True)
+                raise
             replaced = {p.id for p in underfull}
             # Nothing lost or doubled: every table's rows out equal its rows in (footers only).
             for table in (t for t in TABLES if t not in PACK_DERIVED_TABLES):

@@ -21,7 +21,9 @@ Example:
 from __future__ import annotations
 
 import concurrent.futures as cf
+import ctypes
 import datetime as dt
+import errno
 import hashlib
 import json
 import mmap
@@ -29,6 +31,7 @@ import multiprocessing
 import os
 import re
 import signal
+import stat
 import sys
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
@@ -45,6 +48,7 @@ from xprosql.errors import IngestError
 from xprosql.ingest import xspace_wire
 from xprosql.ingest.derived import DecodedTables, derive_tables
 from xprosql.ingest.kineto import decode_kineto
+from xprosql.ingest.secrets import Redactor
 from xprosql.ingest.xspace import decode_xspace
 from xprosql.models.tables import TABLES
 from xprosql.warehouse import AUTO_COMPACT_MIN_PROFILES, CompactReport, Warehouse
@@ -81,6 +85,7 @@ class ProfileIngested:
     path: str
     profile_id: str
     rows: dict[str, int] = field(default_factory=dict)
+    redacted_secrets: int = 0  # values replaced by <redacted> (xprosql.ingest.secrets)
 
 
 @dataclass
@@ -91,8 +96,10 @@ class IngestReport:
     skipped: list[ProfileIngested] = field(default_factory=list)
     failed: list[tuple[str, str]] = field(default_factory=list)
     compaction: CompactReport | None = None
-    #: files not attempted because the ingest was interrupted (run it again to resume)
+    #: files not attempted because the ingest was interrupted or stopped (run it again to resume)
     not_done: list[str] = field(default_factory=list)
+    #: why the batch stopped before its end (a full disk), None when it did not
+    stopped: str | None = None
 
     @property
     def ok(self) -> bool:
@@ -107,8 +114,10 @@ class IngestReport:
             lines.append(f"  already present {item.path} ({item.profile_id})")
         for path, reason in self.failed:
             lines.append(f"  FAILED {path}: {reason}")
+        if self.stopped:
+            lines.append(f"  stopped: {self.stopped}")
         if self.not_done:
-            lines.append(f"  interrupted: {len(self.not_done)} files not done; run the same ingest again to resume")
+            lines.append(f"  not done: {len(self.not_done)} files; run the same ingest again to resume")
         if self.compaction is not None and self.compaction.packs_written:
             lines.append(f"  compacted: {self.compaction}")
         return "\n".join(lines)
@@ -147,17 +156,40 @@ def _is_profile_file(path: Path) -> bool:
     return True
 
 
-def find_profiles(source: str | os.PathLike[str]) -> list[Path]:
+def find_profiles(source: str | os.PathLike[str], *, problems: list[tuple[str, str]] | None = None) -> list[Path]:
     """Profile files under ``source``: the file itself, or every profile below a directory.
 
     A directory yields its ``*.xplane.pb`` (XSpace) and ``*.json`` / ``*.json.gz``
     (Kineto) files, except the ``<host>.trace.json.gz`` XProf derives from a
     ``<host>.xplane.pb`` beside it, and the ``perfetto_trace.json.gz`` JAX writes beside
     one. Such a file found without its ``.xplane.pb``, or named, fails its ingest saying so.
+
+    Below a directory, symbolic links that lead out of it are not followed, and
+    directories that cannot be read are skipped: each goes to ``problems`` as
+    (path, reason), so none is lost silently. A file named directly is read wherever
+    it leads.
     """
     path = Path(source)
     if path.is_dir():
-        found = sorted(p for p in path.rglob("*") if p.is_file() and _is_profile_file(p))
+        root = path.resolve()
+        found = []
+
+        def unreadable(error: OSError) -> None:
+            if problems is not None:
+                problems.append((str(error.filename or path), f"directory not searched: {error.strerror or error}"))
+
+        for directory, subdirectories, files in os.walk(path, onerror=unreadable):
+            for name in sorted(files) + [d for d in subdirectories if os.path.islink(os.path.join(directory, d))]:
+                candidate = Path(directory, name)
+                if candidate.is_symlink() and not candidate.resolve().is_relative_to(root):
+                    if problems is not None and (candidate.is_dir() or _is_profile_file(candidate)):
+                        problems.append((str(candidate), f"a link out of {path}, to {candidate.resolve()}: not followed "
+                                                         "(name the file to ingest it)"))
+                elif candidate.is_file() and _is_profile_file(candidate):
+                    found.append(candidate)
+                elif _is_profile_file(candidate) and not candidate.is_dir() and problems is not None:
+                    problems.append((str(candidate), "not a regular file (a FIFO, device or socket): refused"))
+        found.sort()
         if not found:
             raise IngestError(path, "no profiles found (no *.xplane.pb, *.json or *.json.gz files below this directory)")
         return found
@@ -273,31 +305,77 @@ def tags_for(
     return dict(sorted(merged.items()))
 
 
-def _ingest_one(path: Path, warehouse: Warehouse, report: IngestReport, *, tags: Mapping[str, str] | None = None) -> None:
-    result, written = _ingest_file(path, warehouse, tags=tags)
-    (report.ingested if written else report.skipped).append(result)
+# What became of one file: ("ingested" | "skipped", path, profile_id, (rows, redacted secrets)), ("failed", path,
+# "", reason), or ("disk_full", path, "", reason), which stops the batch.
+_Outcome = tuple[str, str, str, object]
+
+
+def _attempt(path: Path, warehouse: Warehouse, *, tags: Mapping[str, str], keep_secrets: bool) -> _Outcome:
+    """Ingest one file; every failure, whatever its kind, is an outcome naming the file, never an exception."""
+    try:
+        result, written = _ingest_file(path, warehouse, tags=tags, keep_secrets=keep_secrets)
+    except IngestError as exc:
+        return "failed", exc.path, "", exc.problem
+    except OSError as exc:
+        if exc.errno == errno.ENOSPC:
+            return "disk_full", str(path), "", f"no space left on the warehouse's disk ({exc.strerror}); nothing of it was kept"
+        return "failed", str(path), "", f"cannot ingest: {exc.strerror or exc}"
+    except RecursionError:
+        return "failed", str(path), "", "nested too deeply to decode"
+    except MemoryError:
+        return "failed", str(path), "", "does not fit in memory: it expands to more than this machine has"
+    except Exception as exc:  # a bug must not stop the batch: report it against the file
+        return "failed", str(path), "", f"internal error: {type(exc).__name__}: {exc}"
+    return ("ingested" if written else "skipped"), result.path, result.profile_id, (result.rows, result.redacted_secrets)
+
+
+def _record(report: IngestReport, outcome: _Outcome) -> None:
+    status, name, profile_id, payload = outcome
+    if status in ("failed", "disk_full"):
+        report.failed.append((name, str(payload)))
+        if status == "disk_full":
+            report.stopped = f"{payload} (at {name})"
+        return
+    rows, redacted = payload if isinstance(payload, tuple) else ({}, 0)
+    (report.ingested if status == "ingested" else report.skipped).append(ProfileIngested(name, profile_id, rows, redacted))
 
 
 @contextmanager
 def _contents(path: Path) -> Iterator[tuple[bytes | mmap.mmap, _Decoder]]:
-    """The file's bytes and its decoder. An XSpace is mapped rather than read: its decoder walks it a chunk at a
-    time and drops the pages it is done with, so a file larger than memory still ingests. JSON is read whole: it
-    must fit."""
+    """The file's bytes and its decoder.
+
+    The bytes are a private copy, read whole, so a profiler still writing the file (or truncating it) cannot
+    pull them from under the decoder; a file that changed while it was read is refused. Only an XSpace larger
+    than half the free memory is mapped instead (its decoder walks it a chunk at a time and drops the pages it
+    is done with): such a file must not change while it ingests. FIFOs, devices and sockets are refused up
+    front: reading one could block forever or never end."""
     try:
-        with open(path, "rb") as file:
-            size = os.fstat(file.fileno()).st_size
+        descriptor = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
+    except OSError as exc:
+        raise IngestError(path, f"cannot read: {exc.strerror or exc}") from None
+    with open(descriptor, "rb") as file:
+        try:
+            before = os.fstat(file.fileno())
+            if not stat.S_ISREG(before.st_mode):
+                raise IngestError(path, "not a regular file (a FIFO, device or socket): refused")
+            size = before.st_size
             decoder = _decoder(path, file.read(4096))
             file.seek(0)
-            if size and decoder is decode_xspace:
-                data: bytes | mmap.mmap = mmap.mmap(file.fileno(), 0, access=mmap.ACCESS_READ)
+            available = xspace_wire.available_memory()
+            data: bytes | mmap.mmap
+            if size and decoder is decode_xspace and available is not None and size > available // 2:
+                data = mmap.mmap(file.fileno(), 0, access=mmap.ACCESS_READ)
             else:
-                available = xspace_wire.available_memory()
                 if available is not None and size > available:  # fail clearly rather than be killed reading it
                     raise IngestError(path, f"too large to read: {size / 2**30:.1f} GiB, "
                                             f"{available / 2**30:.1f} GiB of memory is free")
-                data = file.read()
-    except OSError as exc:
-        raise IngestError(path, f"cannot read: {exc.strerror or exc}") from None
+                data = file.read(size + 1)
+                after = os.fstat(file.fileno())
+                if len(data) != size or (after.st_size, after.st_mtime_ns) != (before.st_size, before.st_mtime_ns):
+                    raise IngestError(path, "changed while it was read (is a profiler still writing it?): "
+                                            "ingest it again once it is complete")
+        except OSError as exc:
+            raise IngestError(path, f"cannot read: {exc.strerror or exc}") from None
     try:
         yield data, decoder
     finally:
@@ -308,7 +386,8 @@ def _contents(path: Path) -> Iterator[tuple[bytes | mmap.mmap, _Decoder]]:
                 pass
 
 
-def _ingest_file(path: Path, warehouse: Warehouse, *, tags: Mapping[str, str] | None) -> tuple[ProfileIngested, bool]:
+def _ingest_file(path: Path, warehouse: Warehouse, *, tags: Mapping[str, str] | None,
+                 keep_secrets: bool = False) -> tuple[ProfileIngested, bool]:
     with _contents(path) as (data, decoder):
         sha256 = hashlib.sha256(data).hexdigest()
         xspace_wire.drop_pages(data)
@@ -319,10 +398,14 @@ def _ingest_file(path: Path, warehouse: Warehouse, *, tags: Mapping[str, str] | 
         with warehouse.stage(profile_id) as staged:
             try:
                 decoded = DecodedTables()
+                redactor = None if keep_secrets else Redactor()
                 for table, batch in decoder(data, source=str(path)):
-                    if table == "profiles":
+                    if redactor is not None:
+                        batch = redactor.batch(table, batch)
+                    if table == "profiles":  # the last: every secret of the profile is counted
                         batch = _complete_profile_row(batch, path=path, size=len(data), sha256=sha256, run=run,
-                                                      host=host, tags=tags or {})
+                                                      host=host, tags=tags or {},
+                                                      redacted=None if redactor is None else redactor.count)
                     staged.write(table, batch)
                     decoded.add(table, batch)
                 xspace_wire.drop_pages(data)
@@ -335,12 +418,16 @@ def _ingest_file(path: Path, warehouse: Warehouse, *, tags: Mapping[str, str] | 
             except (OverflowError, ValueError, TypeError, KeyError, pa.ArrowException) as exc:
                 # A file that parses but holds impossible values (times past int64 ps, ...).
                 raise IngestError(path, f"corrupt content: {type(exc).__name__}: {exc}") from None
+            if _PARENT is not None and os.getppid() != _PARENT:
+                raise IngestError(path, "the ingest that asked for it has stopped: not committed")
             written = warehouse.commit(staged)
-    return ProfileIngested(str(path), profile_id, {t: n for t, n in staged.rows.items()}), written
+    return ProfileIngested(str(path), profile_id, {t: n for t, n in staged.rows.items()},
+                           0 if redactor is None else redactor.count), written
 
 
 def _complete_profile_row(
-    batch: pa.RecordBatch, *, path: Path, size: int, sha256: str, run: str | None, host: str, tags: Mapping[str, str]
+    batch: pa.RecordBatch, *, path: Path, size: int, sha256: str, run: str | None, host: str, tags: Mapping[str, str],
+    redacted: int | None,
 ) -> pa.RecordBatch:
     from xprosql._version import __version__
 
@@ -354,24 +441,33 @@ def _complete_profile_row(
         content_sha256=sha256,
         ingested_at=dt.datetime.now(dt.timezone.utc),
         xprosql_version=__version__,
+        redacted_secrets=redacted,
     )
     return pa.RecordBatch.from_pylist([row], schema=TABLES["profiles"])
 
 
-def _task(path: str, into: str, tags: dict[str, str]) -> tuple[str, str, str, object]:
-    """One file in a worker process: ("ingested" | "skipped", path, profile_id, rows) or ("failed", path, "", reason)."""
-    try:
-        result, written = _ingest_file(Path(path), Warehouse(into), tags=tags)
-    except IngestError as exc:
-        return "failed", exc.path, "", exc.problem
-    except Exception as exc:  # a bug must not stop the batch: report it against the file
-        return "failed", path, "", f"internal error: {type(exc).__name__}: {exc}"
-    return ("ingested" if written else "skipped"), result.path, result.profile_id, result.rows
+def _task(path: str, into: str, tags: dict[str, str], keep_secrets: bool) -> _Outcome:
+    """One file in a worker process."""
+    return _attempt(Path(path), Warehouse(into), tags=tags, keep_secrets=keep_secrets)
 
 
-def _worker_init() -> None:
+# The process that started this worker (None: not a worker). A worker never commits for a parent that is gone.
+_PARENT: int | None = None
+_PR_SET_PDEATHSIG = 1
+
+
+def _worker_init(parent: int) -> None:
+    global _PARENT
+    _PARENT = parent
     # The parent decides what Ctrl-C does: it lets running files finish and commit.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    # Linux: the kernel kills the worker when its parent dies (kill -9 included), rather than leave it running.
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+    except (OSError, AttributeError):  # not Linux: the commit check below still holds
+        pass
+    if os.getppid() != parent:  # the parent died before the signal was armed
+        os._exit(1)
 
 
 class _Progress:
@@ -435,6 +531,7 @@ def ingest(
     tags: Mapping[str, str] | None = None,
     progress: bool | None = None,
     compact: bool | str = "auto",
+    keep_secrets: bool = False,
 ) -> IngestReport:
     """Ingest profile files or directories into the warehouse at ``into``.
 
@@ -450,6 +547,8 @@ def ingest(
         progress: a progress bar on stderr; default: when stderr is a terminal.
         compact: "auto" packs small profiles once enough are unpacked
             (``AUTO_COMPACT_MIN_PROFILES``); True always; False never.
+        keep_secrets: store credentials as the files hold them; by default they are replaced by
+            ``<redacted>`` and counted (``profiles.redacted_secrets``; :mod:`xprosql.ingest.secrets`).
 
     Example:
         >>> report = ingest(["a.xplane.pb", "logs/"], into="run/")   # doctest: +SKIP
@@ -470,7 +569,7 @@ def ingest(
     cache: dict[Path, dict[str, str]] = {}
     for source in sources:
         try:
-            paths = find_profiles(source)
+            paths = find_profiles(source, problems=report.failed)
         except IngestError as exc:
             report.failed.append((exc.path, exc.problem))
             continue
@@ -489,61 +588,73 @@ def ingest(
     bar = _Progress(len(work), sum(sizes.values())) if show and work else None
     try:
         if jobs <= 1 or len(work) <= 1:
-            _ingest_serial(work, warehouse, report, bar, sizes)
+            _ingest_serial(work, warehouse, report, bar, sizes, keep_secrets=keep_secrets)
         else:
-            _ingest_parallel(work, into, jobs, report, bar, sizes)
+            _ingest_parallel(work, into, jobs, report, bar, sizes, keep_secrets=keep_secrets)
     finally:
         if bar is not None:
             bar.close()
-    if report.ingested and (compact is True or (compact == "auto" and warehouse.small_unpacked() >= AUTO_COMPACT_MIN_PROFILES)):
-        report.compaction = warehouse.compact(wait=compact is True, derive=derive_stored_table)
+    # Also after a run that found everything present: a resume after a kill during compaction compacts.
+    if (report.ingested or report.skipped) and not report.stopped and (compact is True or (compact == "auto" and warehouse.small_unpacked() >= AUTO_COMPACT_MIN_PROFILES)):
+        try:
+            report.compaction = warehouse.compact(wait=compact is True, derive=derive_stored_table)
+        except OSError as exc:  # the profiles are committed; the packs it began are gone again
+            report.failed.append((str(into), f"compaction not done ({exc.strerror or exc}): the profiles are kept "
+                                             "unpacked; run `xprosql compact` once there is room"))
     return report
 
 
 def _ingest_serial(
-    work: list[tuple[Path, dict[str, str]]], warehouse: Warehouse, report: IngestReport, bar: _Progress | None, sizes: dict[Path, int]
+    work: list[tuple[Path, dict[str, str]]], warehouse: Warehouse, report: IngestReport, bar: _Progress | None,
+    sizes: dict[Path, int], *, keep_secrets: bool,
 ) -> None:
     for index, (path, file_tags) in enumerate(work):
         try:
-            _ingest_one(path, warehouse, report, tags=file_tags)
-        except IngestError as exc:
-            report.failed.append((exc.path, exc.problem))
+            outcome = _attempt(path, warehouse, tags=file_tags, keep_secrets=keep_secrets)
         except KeyboardInterrupt:  # the profile being written was discarded whole
             report.not_done = [str(p) for p, _ in work[index:]]
             raise IngestInterrupted(report) from None
+        _record(report, outcome)
         if bar is not None:
-            bar.update(sizes[path], failed=bool(report.failed) and report.failed[-1][0] == str(path))
+            bar.update(sizes[path], failed=outcome[0] != "ingested" and outcome[0] != "skipped")
+        if outcome[0] == "disk_full":
+            report.not_done = [str(p) for p, _ in work[index + 1:]]
+            return
 
 
 def _ingest_parallel(
     work: list[tuple[Path, dict[str, str]]], into: str | os.PathLike[str], jobs: int, report: IngestReport,
-    bar: _Progress | None, sizes: dict[Path, int],
+    bar: _Progress | None, sizes: dict[Path, int], *, keep_secrets: bool,
 ) -> None:
     # spawn: the parent may hold DuckDB and Polars thread pools, which fork would copy mid-flight.
     context = multiprocessing.get_context("spawn")
-    executor = cf.ProcessPoolExecutor(max_workers=min(jobs, len(work)), mp_context=context, initializer=_worker_init)
-    futures = {executor.submit(_task, str(path), str(into), file_tags): path for path, file_tags in work}
+    executor = cf.ProcessPoolExecutor(max_workers=min(jobs, len(work)), mp_context=context, initializer=_worker_init,
+                                      initargs=(os.getpid(),))
+    futures = {executor.submit(_task, str(path), str(into), file_tags, keep_secrets): path for path, file_tags in work}
     pending = set(futures)
 
-    def collect(done: Iterable[cf.Future]) -> None:
+    def collect(done: Iterable[cf.Future]) -> bool:
+        """Record finished files; False once the disk is full."""
+        room = True
         for future in done:
             path = futures[future]
             try:
-                status, name, profile_id, payload = future.result()
+                outcome = future.result()
             except cf.process.BrokenProcessPool as exc:
-                status, name, profile_id, payload = "failed", str(path), "", f"worker process died: {exc}"
-            if status == "failed":
-                report.failed.append((name, str(payload)))
-            else:
-                item = ProfileIngested(name, profile_id, payload if isinstance(payload, dict) else {})
-                (report.ingested if status == "ingested" else report.skipped).append(item)
+                outcome = "failed", str(path), "", f"worker process died: {exc}"
+            _record(report, outcome)
+            room = room and outcome[0] != "disk_full"
             if bar is not None:
-                bar.update(sizes[path], failed=status == "failed")
+                bar.update(sizes[path], failed=outcome[0] not in ("ingested", "skipped"))
+        return room
 
     try:
         while pending:
             done, pending = cf.wait(pending, return_when=cf.FIRST_COMPLETED)
-            collect(done)
+            if not collect(done):  # the files running finish (or fail alike); the others wait for a resume
+                report.not_done = sorted(str(futures[f]) for f in pending if f.cancel())
+                collect(cf.wait([f for f in pending if not f.cancelled()]).done)
+                break
     except KeyboardInterrupt:
         # Stop handing out files; the ones running finish and commit (a second Ctrl-C stops at once).
         not_started = [f for f in pending if f.cancel()]

@@ -57,11 +57,11 @@ def decode(data: bytes, source: str) -> Iterator[tuple[str, pa.RecordBatch]]:
     that error here, as both paths do (:func:`common.check_not_xprof`).
     """
     try:
-        trace, scanned = _scan(data)
+        trace, scanned = _scan(data, source)
     except ValueError:  # a value of a type Kineto does not write, or not a trace
         raise Irregular from None
     kinds, values, arg_count, args, arena, strings = scanned
-    if kinds.shape[1] == 0:
+    if kinds.shape[1] == 0 or scan.has_repeated_args(args[scan.S_OWNER], args[scan.S_KEY]):
         raise Irregular
     view = memoryview(arena)
     try:
@@ -80,14 +80,14 @@ def decode(data: bytes, source: str) -> Iterator[tuple[str, pa.RecordBatch]]:
 _WS = b" \t\r\n"
 
 
-def _scan(data: bytes) -> tuple[dict[str, Any], tuple[Any, ...]]:
+def _scan(data: bytes, source: str) -> tuple[dict[str, Any], tuple[Any, ...]]:
     """The trace's top-level fields and its scanned events, the text decompressed and scanned a piece at a time
     into one buffer, each piece after what the last left incomplete.
 
     Each piece's events are validated by msgspec, as :func:`common.split` validates the
     whole text, the fields around traceEvents too; ValueError for anything else.
     """
-    text = common.text_file(data)
+    text = common.text_file(data, source)
     buf, n, read = np.empty(PIECE + scan.PAD, np.uint8), 0, -1
     located = None
     while located is None:  # the beginning, up to traceEvents' "["

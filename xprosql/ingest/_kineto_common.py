@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import io
 import json
+import os
 import re
 import zlib
 from collections import Counter
@@ -23,6 +24,7 @@ import pyarrow as pa
 from isal import igzip, isal_zlib
 
 from xprosql.errors import IngestError
+from xprosql.ingest.xspace_wire import available_memory
 from xprosql.models import hardware
 from xprosql.models.recording import PM_SAMPLING_CATEGORY, RECORDER_KEY
 from xprosql.models.tables import TABLES
@@ -39,15 +41,54 @@ _GZIP_MAGIC = b"\x1f\x8b"
 GZIP_ERRORS = (EOFError, OSError, zlib.error, cast("type[Exception]", isal_zlib.error))
 
 
+MAX_TEXT_ENV = "XPROSQL_MAX_TRACE_BYTES"
+
+
+def max_text_bytes() -> int:
+    """The most a trace's text may expand to: ``$XPROSQL_MAX_TRACE_BYTES``, else half the memory free (the
+    decoded tables need the rest), else 64 GiB where the free memory is unknown. A gzip bomb stops there."""
+    setting = os.environ.get(MAX_TEXT_ENV)
+    if setting:
+        return int(float(setting))
+    available = available_memory()
+    return available // 2 if available is not None else 64 << 30
+
+
+def too_large(source: str, limit: int) -> IngestError:
+    return IngestError(source, f"its text expands to more than {limit:,} bytes, this ingest's limit: refused "
+                               f"(set {MAX_TEXT_ENV} to a larger number of bytes to ingest it)")
+
+
+class _BoundedText(io.RawIOBase):
+    """A trace's text that raises :func:`too_large` once more than ``limit`` bytes were read from it."""
+
+    def __init__(self, text: io.BufferedIOBase, limit: int, source: str) -> None:
+        self.text, self.limit, self.source, self.total = text, limit, source, 0
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer: Any) -> int:
+        n = self.text.readinto(buffer)
+        self.total += n
+        if self.total > self.limit:
+            raise too_large(self.source, self.limit)
+        return n
+
+
 def split(data: bytes, source: str) -> tuple[dict[str, Any], msgspec.Raw]:
     """Decompress (if gzipped) and split a trace into its top-level fields and its raw traceEvents."""
     if not data:
         raise IngestError(source, "empty file (0 bytes)")
+    limit = max_text_bytes()
     if data[:2] == _GZIP_MAGIC:
         try:
-            data = igzip.decompress(data)  # ISA-L: the same as gzip.decompress, twice as fast
+            with igzip.GzipFile(fileobj=io.BytesIO(data)) as stream:  # ISA-L: gzip's streams, twice as fast
+                data = stream.read(limit + 1)
         except GZIP_ERRORS as exc:
             raise IngestError(source, f"truncated or corrupt gzip: {exc}") from None
+    if len(data) > limit:
+        raise too_large(source, limit)
     try:
         if data.lstrip()[:1] == b"[":  # the Chrome trace array form
             return {}, msgspec.Raw(data)
@@ -60,13 +101,19 @@ def split(data: bytes, source: str) -> tuple[dict[str, Any], msgspec.Raw]:
         raise IngestError(source, f"invalid JSON (truncated or corrupt): {exc}") from None
 
 
-def text_file(data: bytes) -> io.BufferedIOBase:
-    """The trace's text (decompressed if gzipped) as a file to read in pieces: never whole.
+def text_file(data: bytes, source: str) -> io.BufferedIOBase:
+    """The trace's text (decompressed if gzipped) as a file to read in pieces: never whole, and never more
+    than :func:`max_text_bytes` (:func:`too_large`).
 
     ISA-L's gzip file is what ``split`` decompresses with, so it takes the same streams;
     reading raises what it raises for a corrupt or truncated one (see :data:`GZIP_ERRORS`).
     """
-    return igzip.GzipFile(fileobj=io.BytesIO(data)) if data[:2] == _GZIP_MAGIC else io.BytesIO(data)
+    limit = max_text_bytes()
+    if data[:2] != _GZIP_MAGIC:
+        if len(data) > limit:
+            raise too_large(source, limit)
+        return io.BytesIO(data)
+    return io.BufferedReader(_BoundedText(igzip.GzipFile(fileobj=io.BytesIO(data)), limit, source))
 
 
 def text_size(data: bytes) -> int:

@@ -21,6 +21,20 @@ from xprosql.ingest import _kineto_common as common
 from xprosql.ingest._pm_sampling import PM_SAMPLING_CATEGORY, pm_sampling_rows
 from xprosql.models.tables import TABLES
 
+_INT64 = 1 << 63
+# |ts| beyond this many µs (the year 2255) would not fit int64 nanoseconds since the epoch (profiles.start_ns).
+_MAX_TS_US = 9e15
+_OUT_OF_RANGE = "events with a value out of range (ts, dur, pid, tid, id or correlation past 64 bits)"
+
+
+def _fits(value: Any) -> bool:
+    """An id (pid, tid, flow id, correlation) that fits int64, or one that is no integer (names are ids too)."""
+    return not isinstance(value, int) or -_INT64 <= value < _INT64
+
+
+def _timed(ts: Any, dur: Any) -> bool:
+    return abs(ts) < _MAX_TS_US and (not isinstance(dur, (int, float)) or abs(dur) < _MAX_TS_US)
+
 
 def decode_events(trace: dict[str, Any], events: list[Any], source: str) -> Iterator[tuple[str, pa.RecordBatch]]:
     """Warehouse batches of a trace whose events are objects with ph, cat, ... attributes (None: not an object)."""
@@ -40,6 +54,8 @@ def decode_events(trace: dict[str, Any], events: list[Any], source: str) -> Iter
             track_order.setdefault((pid, tid), None)
         if ph not in ("X", "i", "I") or not isinstance(event.ts, (int, float)):
             continue
+        if not (_fits(pid) and _fits(tid) and _timed(event.ts, event.dur)):
+            continue  # dropped and counted below
         if event.cat in common.GPU_CATEGORIES:
             gpu_pids.add(pid)
         track_order.setdefault((pid, tid), None)
@@ -73,6 +89,9 @@ def decode_events(trace: dict[str, Any], events: list[Any], source: str) -> Iter
         if ph in ("s", "t", "f"):
             flow = common.to_int(event.id)
             key = (event.pid, event.tid)
+            if flow is not None and not (_fits(flow) and isinstance(ts, (int, float)) and _timed(ts, None)):
+                dropped[_OUT_OF_RANGE] += 1
+                continue
             if flow is None or not isinstance(ts, (int, float)) or key not in track_of:
                 dropped[f"{ph} flow events without id, ts or a known thread"] += 1
                 continue
@@ -88,17 +107,23 @@ def decode_events(trace: dict[str, Any], events: list[Any], source: str) -> Iter
         if not isinstance(dur, (int, float)) or dur < 0:
             dropped["X events without a numeric, non-negative dur"] += 1
             continue
-        event_id = len(ev_start)
-        key = (event.pid, event.tid)
-        device_id, track_id = device_of[key[0]], track_of[key]
-        start = (round(ts * 1000) + base_ns) * 1000
-        dur_ps = round(dur * 1_000_000)
-        category, name = event.cat, event.name
-        name = None if name is None else str(name)
         args = event.args if isinstance(event.args, dict) else {}
         correlation = args.get("correlation")
         if type(correlation) is not int:
             correlation = common.to_int(correlation)
+        if not (_fits(event.pid) and _fits(event.tid) and _fits(correlation) and _timed(ts, dur)):
+            dropped[_OUT_OF_RANGE] += 1
+            continue
+        start = (round(ts * 1000) + base_ns) * 1000
+        dur_ps = round(dur * 1_000_000)
+        if not (start >= -_INT64 and start + dur_ps < _INT64):  # more than 106 days from the trace's start
+            dropped[_OUT_OF_RANGE] += 1
+            continue
+        event_id = len(ev_start)
+        key = (event.pid, event.tid)
+        device_id, track_id = device_of[key[0]], track_of[key]
+        category, name = event.cat, event.name
+        name = None if name is None else str(name)
         ev_device.append(device_id)
         ev_track.append(track_id)
         ev_name.append(name)

@@ -357,8 +357,8 @@ def _quoted(buf, n, pos, arena, strings, table, counts):
 @njit(cache=True, inline="always")
 def _args(buf, n, pos, row, s_owner, s_key, s_kind, s_a, s_float, fixes, n_stats, n_fixes, arena, strings, table,
           counts):
-    """Rows of the args object at ``pos``: (_OK, position after it, n_stats, n_fixes), or (_INCOMPLETE | ROOM_*, ...)."""
-    first = n_stats
+    """Rows of the args object at ``pos``: (_OK, position after it, n_stats, n_fixes), or (_INCOMPLETE | ROOM_*, ...).
+    A repeated key is found after the scan (:func:`has_repeated_args`): looking back here is quadratic."""
     pos = _ws(buf, pos + 1)
     while True:
         if pos >= n:
@@ -377,9 +377,6 @@ def _args(buf, n, pos, row, s_owner, s_key, s_kind, s_a, s_float, fixes, n_stats
         key = _intern(buf, pos + 1, key_end, arena, strings, table, counts)
         if key < 0:
             return ROOM_STRINGS, pos, n_stats, n_fixes
-        for s in range(first, n_stats):  # a repeated key: the dict would keep the last value
-            if s_key[s] == key:
-                raise ValueError("repeated arg")
         pos = _colon(buf, n, key_end)
         if pos >= n:
             return _INCOMPLETE, pos, n_stats, n_fixes
@@ -573,6 +570,12 @@ def _scan(buf, n, pos, after, kinds, values, floats, arg_count, s_owner, s_key, 
             counts[C_FIRST] = start
         counts[C_LAST] = pos
     return status
+
+
+def has_repeated_args(owner: np.ndarray, key: np.ndarray) -> bool:
+    """Whether some event has an arg key twice (the dict of the reference path keeps the last): in n log n."""
+    pairs = (owner.astype(np.int64) << 32) | key.astype(np.int64)
+    return bool(np.unique(pairs).size < pairs.size)
 
 
 class Scanner:

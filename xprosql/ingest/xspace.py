@@ -336,11 +336,14 @@ def _decode(raw: RawSpace, *, source: str, batch_rows: int) -> Iterator[tuple[st
     lookups = _Lookups.of(planes, metadata, md_defaults, module_rows, lines)
     uses = np.zeros(metadata.height, dtype=np.int64)
     end_ps = 0
+    unnamed = negative = 0  # damage kept, but said: events without metadata, events ending before they start
     gpu_events, gpu_details = [], []
     for chunk in raw.chunks():
         space = _Space.of(raw, chunk, lookups)
         events = _Events.of(raw, space, lookups, line_base_ps)
         uses += np.bincount(events.md_row[events.md_row >= 0], minlength=metadata.height)
+        unnamed += int((events.md_row < 0).sum())
+        negative += int((chunk.event_duration_ps < 0).sum())
         end_ps = max(end_ps, events.end_ps)
         gpu_events.append(events.gpu_rows(kinds, lines))
         gpu_details.append(_detail_stats(space))
@@ -391,7 +394,9 @@ def _decode(raw: RawSpace, *, source: str, batch_rows: int) -> Iterator[tuple[st
         dropped_events=0,
         drop_reasons=[f"{unreadable} counter values 0xFFFFFFFFFFFFFFFF (could not be read)"] if unreadable else [],
         errors=raw.errors,
-        warnings=raw.warnings,
+        warnings=[*raw.warnings,
+                  *([f"{unnamed} events whose metadata_id has no event metadata: kept without a name"] if unnamed else []),
+                  *([f"{negative} events with a negative duration: kept as recorded"] if negative else [])],
         profile_start_time_ns=_int_or_none(task.get("profile_start_time")),
         profile_stop_time_ns=_int_or_none(task.get("profile_stop_time")),
     )

@@ -68,6 +68,7 @@ TABLES: dict[str, pa.Schema] = {
         _col("warnings", pa.list_(pa.string()), "warnings the profiler recorded in the XSpace"),
         _col("ingested_at", pa.timestamp("us", tz="UTC"), "when xprosql wrote this profile"),
         _col("xprosql_version", pa.string(), "version of xprosql that wrote it"),
+        _col("redacted_secrets", pa.int64(), "values replaced by <redacted> at ingest: credentials and values of keys naming secrets (xprosql.ingest.secrets); null when ingested with keep_secrets"),
     ]),
     "devices": pa.schema([
         _col("device_id", pa.int32(), "plane ordinal within the file: the key other tables use"),

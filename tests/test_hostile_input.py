@@ -1,0 +1,378 @@
+"""Hostile input and faults around the ingest: each refused in bounded time and memory, named, and the batch goes on.
+
+Hand-made where no real file shows the fault (a gzip bomb, a FIFO, a 1,000-deep JSON, out-of-range values,
+a full disk through a fake filesystem layer); built from the real samples otherwise. Each test is bounded
+to seconds: the limits are lowered for the test (XPROSQL_MAX_TRACE_BYTES), not the inputs raised to them.
+"""
+
+from __future__ import annotations
+
+import errno
+import gzip
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+import uuid
+import zlib
+from pathlib import Path
+
+import pytest
+from conftest import TEST_DATA, TPU_SAMPLE
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import xprosql
+from xprosql.warehouse import Warehouse
+
+SMALL_KINETO = TEST_DATA / "kineto" / "mi250_rocm.json.gz"
+LIMIT = 32 << 20
+
+
+def _cli(*args: str, env: dict[str, str] | None = None, timeout: float = 120) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "xprosql.cli", *args], capture_output=True, text=True,
+                          timeout=timeout, env={**os.environ, **(env or {})})
+
+
+def _profiles(root: Path) -> int:
+    if not (root / "profiles").exists():
+        return 0
+    with xprosql.load(root) as run:
+        return run.sql("SELECT count(*) FROM profiles").rows()[0][0]
+
+
+def _kineto_variants(folder: Path, n: int) -> list[Path]:
+    """``n`` distinct real traces: the small ROCm sample, each with its time origin moved (other bytes, other
+    profile ids)."""
+    trace = json.loads(gzip.decompress(SMALL_KINETO.read_bytes()))
+    folder.mkdir(parents=True, exist_ok=True)
+    paths = []
+    for i in range(n):
+        for event in trace["traceEvents"]:
+            if isinstance(event.get("ts"), (int, float)):
+                event["ts"] += 1
+        path = folder / f"rank{i:03d}.json"
+        path.write_text(json.dumps(trace))
+        paths.append(path)
+    return paths
+
+
+# --- 1. files that change, special files, links ------------------------------------------------------------
+
+
+def test_a_file_rewritten_while_it_ingests_is_refused_or_ingested_never_a_crash(tmp_path: Path) -> None:
+    data = TPU_SAMPLE.read_bytes()
+    target = tmp_path / "changing.xplane.pb"
+    target.write_bytes(data)
+    stop = threading.Event()
+
+    def churn() -> None:  # what a profiler still writing its file does: truncate, write again
+        while not stop.is_set():
+            with open(target, "r+b") as file:
+                file.truncate(len(data) // 3)
+                file.flush()
+                time.sleep(0.002)
+                file.seek(0)
+                file.write(data)
+            time.sleep(0.002)
+
+    writer = threading.Thread(target=churn)
+    writer.start()
+    try:
+        outcomes = [_cli("ingest", str(target), "--into", str(tmp_path / f"run{i}"), "--compact", "never")
+                    for i in range(3)]
+    finally:
+        stop.set()
+        writer.join()
+    for done in outcomes:
+        assert done.returncode in (0, 1), (done.returncode, done.stderr)  # never SIGBUS (-7 / 135)
+        if done.returncode == 1:
+            assert f"error: {target}:" in done.stderr and "Traceback" not in done.stderr
+
+
+def test_a_fifo_is_refused_up_front_named_or_found(tmp_path: Path) -> None:
+    fifo = tmp_path / "logs" / "pipe.json"
+    fifo.parent.mkdir()
+    os.mkfifo(fifo)
+    (tmp_path / "logs" / "good.json.gz").write_bytes(SMALL_KINETO.read_bytes())
+    named = _cli("ingest", str(fifo), "--into", str(tmp_path / "run"), timeout=60)
+    assert named.returncode == 1 and "not a regular file" in named.stderr
+    report = xprosql.ingest(tmp_path / "logs", into=tmp_path / "run2")
+    assert len(report.ingested) == 1 and report.failed == [(str(fifo), "not a regular file (a FIFO, device or socket): refused")]
+
+
+def test_a_link_to_a_device_is_refused(tmp_path: Path) -> None:
+    link = tmp_path / "zeros.json"
+    link.symlink_to("/dev/zero")
+    report = xprosql.ingest(link, into=tmp_path / "run")
+    assert report.failed and "not a regular file" in report.failed[0][1]
+
+
+def test_links_out_of_the_tree_are_reported_not_followed(tmp_path: Path) -> None:
+    outside = tmp_path / "elsewhere"
+    outside.mkdir()
+    (outside / "secret.json.gz").write_bytes(SMALL_KINETO.read_bytes())
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    (logs / "mine.json.gz").write_bytes((TEST_DATA / "kineto" / "triton_example.json.gz").read_bytes())
+    (logs / "theirs.json.gz").symlink_to(outside / "secret.json.gz")
+    (logs / "their_dir").symlink_to(outside)
+    report = xprosql.ingest(logs, into=tmp_path / "run")
+    assert [Path(i.path).name for i in report.ingested] == ["mine.json.gz"]
+    reasons = dict(report.failed)
+    assert "not followed" in reasons[str(logs / "theirs.json.gz")] and "not followed" in reasons[str(logs / "their_dir")]
+    assert xprosql.ingest(logs / "theirs.json.gz", into=tmp_path / "run").ok  # named: read wherever it leads
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="root reads every directory")
+def test_an_unreadable_directory_is_reported(tmp_path: Path) -> None:
+    logs = tmp_path / "logs"
+    (logs / "closed").mkdir(parents=True)
+    (logs / "open.json.gz").write_bytes(SMALL_KINETO.read_bytes())
+    (logs / "closed").chmod(0)
+    try:
+        report = xprosql.ingest(logs, into=tmp_path / "run")
+    finally:
+        (logs / "closed").chmod(0o755)
+    assert len(report.ingested) == 1
+    assert any(path.endswith("closed") and "not searched" in reason for path, reason in report.failed)
+
+
+# --- 2. what a file expands to ------------------------------------------------------------------------------
+
+
+def _gzip_of(prefix: bytes, filler: bytes, megabytes: int) -> bytes:
+    compressor = zlib.compressobj(9, zlib.DEFLATED, 31)
+    parts = [compressor.compress(prefix)]
+    chunk = filler * (1 << 20)
+    parts += [compressor.compress(chunk) for _ in range(megabytes)]
+    return b"".join([*parts, compressor.flush()])
+
+
+@pytest.mark.parametrize("fast", [True, False], ids=["columnar", "reference"])
+def test_a_gzip_bomb_stops_at_the_limit(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, fast: bool) -> None:
+    bomb = tmp_path / "bomb.json.gz"
+    bomb.write_bytes(_gzip_of(b'{"schemaVersion": 1, "traceEvents": [', b" ", 4 * LIMIT >> 20))
+    assert bomb.stat().st_size < LIMIT // 50
+    monkeypatch.setenv("XPROSQL_MAX_TRACE_BYTES", str(LIMIT))
+    if not fast:
+        monkeypatch.setenv("XPROSQL_PURE_PYTHON", "1")
+    report = xprosql.ingest([bomb, SMALL_KINETO], into=tmp_path / "run")
+    assert [Path(i.path).name for i in report.ingested] == [SMALL_KINETO.name]
+    [(path, reason)] = report.failed
+    assert path == str(bomb) and f"more than {LIMIT:,} bytes" in reason and "XPROSQL_MAX_TRACE_BYTES" in reason
+
+
+def test_a_valid_prefix_then_garbage_stops_at_the_limit(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    path = tmp_path / "padded.json"
+    with open(path, "wb") as file:
+        file.write(gzip.decompress(SMALL_KINETO.read_bytes())[:-2])
+        file.write(b" " * (2 * LIMIT))
+    monkeypatch.setenv("XPROSQL_MAX_TRACE_BYTES", str(LIMIT))
+    report = xprosql.ingest(path, into=tmp_path / "run")
+    assert report.failed and "this ingest's limit" in report.failed[0][1]
+
+
+# --- 3, 4, 6: structure and values --------------------------------------------------------------------------
+
+
+def test_deep_json_fails_alone_and_the_batch_goes_on(tmp_path: Path) -> None:
+    deep = tmp_path / "deep.json"
+    deep.write_text('{"schemaVersion": 1, "traceEvents": [{"ph": "X", "name": "x", "pid": 1, "tid": 1, "ts": 1, '
+                    '"dur": 1, "args": {"a": ' + "[" * 1000 + "]" * 1000 + "}}]}")
+    report = xprosql.ingest([deep, SMALL_KINETO], into=tmp_path / "run")
+    assert [Path(i.path).name for i in report.ingested] == [SMALL_KINETO.name]
+    assert report.failed and report.failed[0][0] == str(deep)
+
+
+def test_an_event_with_200k_args_ingests(tmp_path: Path) -> None:
+    # Linear in the args (benchmarks/hostile_input.py times it); a repeated key still leaves the fast path.
+    args = {f"arg{i}": i for i in range(200_000)}
+    trace = {"schemaVersion": 1, "traceEvents": [
+        {"ph": "X", "cat": "cpu_op", "name": "wide", "pid": 1, "tid": 1, "ts": 1.0, "dur": 2.0, "args": args},
+        {"ph": "X", "cat": "cpu_op", "name": "narrow", "pid": 1, "tid": 1, "ts": 5.0, "dur": 1.0}]}
+    path = tmp_path / "wide.json"
+    path.write_text(json.dumps(trace))
+    report = xprosql.ingest(path, into=tmp_path / "run")
+    assert report.ok and report.ingested[0].rows["event_stats"] == 200_000
+    path.write_text(json.dumps(trace)[:-3] + ', "args": {"k": 1, "k": 2}}]}')
+    report = xprosql.ingest(path, into=tmp_path / "run2")
+    assert report.ok
+    with xprosql.load(tmp_path / "run2") as run:
+        assert run.sql("SELECT int_value FROM event_stats WHERE stat = 'k'").rows() == [(2,)]  # the last, as JSON
+
+
+@pytest.mark.parametrize(("field", "value"), [("ts", 1e30), ("ts", -1e30), ("dur", 1e25), ("pid", 2**70),
+                                              ("tid", -(2**70)), ("correlation", 2**64)])
+def test_an_out_of_range_value_skips_its_event_and_is_counted(tmp_path: Path, field: str, value: float) -> None:
+    trace = json.loads(gzip.decompress(SMALL_KINETO.read_bytes()))
+    timed = [e for e in trace["traceEvents"] if e.get("ph") == "X"]
+    target = timed[len(timed) // 2]
+    if field == "correlation":
+        target.setdefault("args", {})[field] = value
+    else:
+        target[field] = value
+    path = tmp_path / "odd.json"
+    path.write_text(json.dumps(trace))
+    report = xprosql.ingest([path, SMALL_KINETO], into=tmp_path / "run")
+    assert report.ok, report.failed
+    with xprosql.load(tmp_path / "run") as run:
+        rows = dict(run.sql("SELECT regexp_extract(source_path, '[^/]+$'), n_events FROM profiles").rows())
+        reasons = run.sql("SELECT drop_reasons FROM profiles WHERE source_path LIKE '%odd.json'").rows()[0][0]
+    assert rows["odd.json"] == rows[SMALL_KINETO.name] - 1
+    assert any(r.startswith("1 events with a value out of range") for r in reasons), reasons
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    cut=st.integers(min_value=0, max_value=len(gzip.decompress(SMALL_KINETO.read_bytes()))),
+    flips=st.lists(st.tuples(st.integers(0, 10**9), st.integers(1, 255)), max_size=4),
+    value=st.sampled_from([1e30, -1, 2**70, "x", None, [], {}, True, 1.5e308, -(2**63)]),
+    field=st.sampled_from(["ts", "dur", "pid", "tid", "name", "cat", "ph", "args"]),
+)
+def test_mutated_kineto_fails_cleanly_or_ingests_consistently(
+    cut: int, flips: list[tuple[int, int]], value: object, field: str, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    trace = json.loads(gzip.decompress(SMALL_KINETO.read_bytes()))
+    events = [e for e in trace["traceEvents"] if isinstance(e, dict)]
+    events[cut % len(events)][field] = value
+    data = bytearray(json.dumps(trace).encode()[: cut + len(json.dumps(trace)) // 2])
+    for position, mask in flips:
+        if data:
+            data[position % len(data)] ^= mask
+    folder = tmp_path_factory.mktemp("kineto_mutant")
+    path = folder / "mutant.json"
+    path.write_bytes(bytes(data))
+    root = folder / "run"
+    assert xprosql.ingest(SMALL_KINETO, into=root).ok
+    before = sorted(str(p.relative_to(root)) for p in root.rglob("*") if p.is_file() and "_locks" not in p.parts)
+    report = xprosql.ingest(path, into=root, compact=False)
+    if report.failed:
+        assert report.failed[0][0] == str(path) and report.failed[0][1] and "internal error" not in report.failed[0][1]
+        after = sorted(str(p.relative_to(root)) for p in root.rglob("*") if p.is_file() and "_locks" not in p.parts)
+        assert after == before
+        return
+    profile_id = (report.ingested or report.skipped)[0].profile_id
+    with xprosql.load(root) as run:
+        n_events, dropped = run.sql("SELECT n_events, dropped_events FROM profiles WHERE profile_id = $p",
+                                    {"p": profile_id}).rows()[0]
+        assert run.sql("SELECT count(*) FROM events WHERE profile_id = $p", {"p": profile_id}).rows() == [(n_events,)]
+    assert n_events >= 1 and dropped >= 0
+
+
+# --- 4, 5: the batch around the files -----------------------------------------------------------------------
+
+
+def test_a_full_disk_stops_the_batch_with_its_summary(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # A fake filesystem layer: the third profile's commit finds the disk full.
+    paths = _kineto_variants(tmp_path / "logs", 5)
+    commits = {"n": 0}
+    real_commit = Warehouse.commit
+
+    def commit(self: Warehouse, staged: object) -> bool:
+        commits["n"] += 1
+        if commits["n"] == 3:
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return real_commit(self, staged)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(Warehouse, "commit", commit)
+    report = xprosql.ingest(paths, into=tmp_path / "run")
+    assert len(report.ingested) == 2 and report.stopped and "no space left" in report.stopped
+    assert report.failed == [(str(paths[2]), report.failed[0][1])] and report.not_done == [str(p) for p in paths[3:]]
+    assert report.compaction is None
+    monkeypatch.setattr(Warehouse, "commit", real_commit)
+    assert _profiles(tmp_path / "run") == 2
+    resumed = xprosql.ingest(paths, into=tmp_path / "run")
+    assert resumed.ok and len(resumed.ingested) == 3 and len(resumed.skipped) == 2
+
+
+def _tagged_processes(tag: str) -> list[int]:
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            if f"XPROSQL_TEST_TAG={tag}".encode() in (entry / "environ").read_bytes().split(b"\0"):
+                found.append(int(entry.name))
+        except OSError:
+            continue
+    return found
+
+
+@pytest.mark.skipif(not Path("/proc/self/environ").exists(), reason="needs Linux /proc")
+def test_a_killed_parallel_ingest_leaves_no_worker_and_commits_nothing_after(tmp_path: Path) -> None:
+    paths = _kineto_variants(tmp_path / "logs", 40)
+    root = tmp_path / "run"
+    tag = uuid.uuid4().hex
+    parent = subprocess.Popen([sys.executable, "-m", "xprosql.cli", "ingest", str(tmp_path / "logs"), "--into", str(root),
+                               "--jobs", "2", "--compact", "never", "-q"],
+                              env={**os.environ, "XPROSQL_TEST_TAG": tag}, stdout=subprocess.DEVNULL,
+                              stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and (len(_tagged_processes(tag)) < 3 or _profiles(root) < 2):
+        time.sleep(0.05)
+    assert len(_tagged_processes(tag)) >= 3, "the workers never started"
+    parent.send_signal(signal.SIGKILL)
+    parent.wait()
+    time.sleep(5)
+    assert _tagged_processes(tag) == []
+    committed = _profiles(root)
+    time.sleep(1)
+    assert _profiles(root) == committed < len(paths)
+    resumed = xprosql.ingest(tmp_path / "logs", into=root, compact=False)
+    assert resumed.ok and len(resumed.ingested) + len(resumed.skipped) == len(paths)
+
+
+def test_a_resume_that_finds_everything_present_still_compacts(tmp_path: Path) -> None:
+    # What a kill during the automatic compaction leaves: every profile committed, none packed.
+    paths = _kineto_variants(tmp_path / "logs", 33)
+    root = tmp_path / "run"
+    assert xprosql.ingest(paths, into=root, compact=False).ok
+    assert Warehouse(root).small_unpacked() == len(paths)
+    resumed = xprosql.ingest(paths, into=root)
+    assert not resumed.ingested and resumed.compaction is not None and resumed.compaction.packs_written
+
+
+def test_xspace_events_without_metadata_or_with_negative_durations_are_said(tmp_path: Path) -> None:
+    from xprosql.protos import xplane_pb2
+
+    space = xplane_pb2.XSpace()
+    space.ParseFromString(TPU_SAMPLE.read_bytes())
+    line = next(line for plane in space.planes for line in plane.lines if len(line.events) > 2)
+    line.events[0].metadata_id = 10**9  # no such metadata
+    line.events[1].duration_ps = -5
+    path = tmp_path / "damaged.xplane.pb"
+    path.write_bytes(space.SerializeToString())
+    assert xprosql.ingest(path, into=tmp_path / "run").ok
+    with xprosql.load(tmp_path / "run") as run:
+        warnings = run.sql("SELECT warnings FROM profiles").rows()[0][0]
+    assert "1 events whose metadata_id has no event metadata: kept without a name" in warnings
+    assert "1 events with a negative duration: kept as recorded" in warnings
+
+
+def test_a_compaction_that_fills_the_disk_leaves_no_partial_pack(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    *paths, last = _kineto_variants(tmp_path / "logs", 7)
+    root = tmp_path / "run"
+    assert xprosql.ingest(paths, into=root, compact=False).ok
+    before = sorted(p for p in root.rglob("*.parquet"))
+    calls = {"n": 0}
+    real_write = Warehouse._write_pack_file
+
+    def write(self: Warehouse, *args: object, **kwargs: object) -> int:
+        calls["n"] += 1
+        if calls["n"] == 5:  # a fake filesystem layer: the fifth pack file finds the disk full
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return real_write(self, *args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(Warehouse, "_write_pack_file", write)
+    report = xprosql.ingest(last, into=root, compact=True)
+    assert len(report.ingested) == 1 and "compaction not done" in report.failed[0][1]
+    assert calls["n"] == 5
+    after = sorted(p for p in root.rglob("*.parquet"))
+    assert not [p for p in after if "_packs" in p.parts], "a partial pack was left"
+    assert len(after) > len(before) and _profiles(root) == 7
+    monkeypatch.setattr(Warehouse, "_write_pack_file", real_write)
+    assert xprosql.compact(root).packs_written >= 1 and _profiles(root) == 7

@@ -1,0 +1,124 @@
+"""Secrets out of the warehouse: credentials in a profile's text are replaced by ``<redacted>`` at ingest.
+
+PyTorch traces capture the process environment in their metadata (``HF_TOKEN`` and the like), and any
+string a program records can hold a key. Every string of every table passes :class:`Redactor` before it
+is written, unless the user keeps secrets (``ingest(keep_secrets=True)``, ``--keep-secrets``):
+
+* values of keys that name secrets: a JSON member (``"HF_TOKEN": "..."``), an environment assignment
+  (``AWS_SECRET_ACCESS_KEY=...``), or a stat or arg of that name (``event_stats.stat``);
+* values that look like well-known credentials wherever they are: Hugging Face ``hf_...``, GitHub
+  ``ghp_...`` / ``github_pat_...``, AWS access key ids ``AKIA...`` / ``ASIA...``, OpenAI-style ``sk-...``,
+  Slack ``xox?-...``, JSON Web Tokens ``eyJ....eyJ....``, and PEM private-key blocks.
+
+A key names a secret when one of its words (split at ``_``, ``-``, ``.`` and case changes) is TOKEN,
+SECRET, PASSWORD, PASSWD, CREDENTIAL(S), AUTH or APIKEY, or two words are API KEY, ACCESS KEY or
+PRIVATE KEY. The number of replaced values is stored per profile (``profiles.redacted_secrets``).
+
+Example:
+    >>> Redactor().text('{"env": {"HF_TOKEN": "hf_abc", "HOME": "/root"}}')
+    ('{"env": {"HF_TOKEN": "<redacted>", "HOME": "/root"}}', 1)
+"""
+
+from __future__ import annotations
+
+import re
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+__all__ = ["REDACTED", "Redactor", "is_secret_key"]
+
+REDACTED = "<redacted>"
+
+# A key names a secret when one of its words is a secret word: words split at separators (HF_TOKEN,
+# aws_secret_access_key) or at a case change (accessToken). TOKENIZERS_PARALLELISM, asttokens, author: no.
+_WORDS = r"token|secret|passw(?:or)?d|credential|api[_.-]?key|access[_.-]?key|private[_.-]?key|auth"
+_CAMEL_WORDS = r"Token|Secret|Password|Passwd|Credential|Auth|ApiKey|AccessKey|PrivateKey"
+_KEY = (rf"(?:(?:[A-Za-z0-9]+[_.-])*(?i:{_WORDS})(?i:s)?(?:[_.-][A-Za-z0-9_.-]*)?"
+        rf"|[A-Za-z0-9_.-]*[a-z0-9](?:{_CAMEL_WORDS})s?(?:[_.A-Z-][A-Za-z0-9_.-]*)?)")
+# Credentials by their shape (RE2 and Python agree on these).
+_CREDENTIALS = (
+    r"hf_[A-Za-z0-9]{20,}",
+    r"github_pat_[A-Za-z0-9_]{20,}",
+    r"gh[pousr]_[A-Za-z0-9]{30,}",
+    r"(?:AKIA|ASIA)[0-9A-Z]{16}",
+    r"sk-(?:proj-|ant-)?[A-Za-z0-9_-]{20,}",
+    r"xox[abposr]-[A-Za-z0-9-]{10,}",
+    r"eyJ[A-Za-z0-9_-]{8,}\.eyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}",
+    r"-----BEGIN[A-Z ]* PRIVATE KEY-----[\s\S]*?-----END[A-Z ]* PRIVATE KEY-----",
+)
+# (what goes, its replacement, the same already redacted: not counted again). A JSON member or an assignment
+# whose key names a secret loses its value; a credential goes wherever it is.
+_RULES = (
+    (rf'("{_KEY}"\s*:\s*)"(?:[^"\\]|\\.)*"', rf'\1"{REDACTED}"', rf'"{_KEY}"\s*:\s*"{REDACTED}"'),
+    (rf"(\b{_KEY}=)[^=\s\"',;&][^\s\"',;&]*", rf"\1{REDACTED}", rf"\b{_KEY}={REDACTED}"),
+    ("|".join(f"(?:{c})" for c in _CREDENTIALS), REDACTED, None),
+)
+_STAT_TABLES = ("event_stats", "device_stats", "metadata_stats")
+
+
+def is_secret_key(name: str) -> bool:
+    """Whether a key (an environment variable, a JSON member, a stat) names a secret.
+
+    Example:
+        >>> [is_secret_key(k) for k in ("HF_TOKEN", "aws_secret_access_key", "apiKey", "TOKENIZERS_PARALLELISM")]
+        [True, True, True, False]
+    """
+    return re.fullmatch(_KEY, name) is not None
+
+
+class Redactor:
+    """Replaces secrets in text and in record batches, counting what it replaced (``count``)."""
+
+    def __init__(self) -> None:
+        self.count = 0
+
+    def text(self, value: str) -> tuple[str, int]:
+        """``value`` with its secrets replaced, and how many there were."""
+        values, counts = self._strings(pa.array([value], pa.string()))
+        return values[0].as_py(), 0 if counts is None else counts[0].as_py()
+
+    def batch(self, table: str, batch: pa.RecordBatch) -> pa.RecordBatch:
+        """``batch`` of ``table`` with every string column's secrets replaced (``count`` grows by their number)."""
+        columns = []
+        secret_stat = None
+        if table in _STAT_TABLES and "stat" in batch.schema.names:
+            stats = batch.column("stat")
+            names = stats.dictionary if isinstance(stats, pa.DictionaryArray) else stats
+            flags = pa.array([n is not None and is_secret_key(n) for n in names.to_pylist()], pa.bool_())
+            secret_stat = pc.take(flags, stats.indices) if isinstance(stats, pa.DictionaryArray) else flags
+        for field, column in zip(batch.schema, batch.columns):
+            if secret_stat is not None and field.name == "str_value" and pc.any(secret_stat).as_py():
+                hit = pc.and_(secret_stat, pc.fill_null(pc.not_equal(column, REDACTED), False))
+                self.count += pc.sum(hit.cast(pa.int64())).as_py() or 0
+                column = pc.if_else(hit, pa.scalar(REDACTED, column.type), column)
+            columns.append(self._column(column))
+        return pa.RecordBatch.from_arrays(columns, schema=batch.schema)
+
+    def _column(self, column: pa.Array) -> pa.Array:
+        if isinstance(column, pa.DictionaryArray) and pa.types.is_string(column.type.value_type):
+            values, counts = self._strings(column.dictionary)
+            if counts is None:
+                return column
+            self.count += pc.sum(pc.take(counts, column.indices)).as_py() or 0
+            return pa.DictionaryArray.from_arrays(column.indices, values)
+        if pa.types.is_string(column.type) or pa.types.is_large_string(column.type):
+            values, counts = self._strings(column)
+            if counts is not None:
+                self.count += pc.sum(counts).as_py() or 0
+            return values
+        return column
+
+    @staticmethod
+    def _strings(values: pa.Array) -> tuple[pa.Array, pa.Array | None]:
+        """The values with secrets replaced, and the replacements in each (None: there were none)."""
+        counts = None
+        for pattern, replacement, done in _RULES:
+            found = pc.count_substring_regex(values, pattern)
+            if not pc.any(pc.greater(found, 0)).as_py():
+                continue
+            if done is not None:
+                found = pc.subtract(found, pc.count_substring_regex(values, done))
+            values = pc.replace_substring_regex(values, pattern, replacement)
+            counts = found if counts is None else pc.add(counts, found)
+        return values, (None if counts is None else pc.fill_null(counts, 0))
