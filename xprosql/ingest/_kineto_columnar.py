@@ -78,6 +78,7 @@ def decode(data: bytes, source: str) -> Iterator[tuple[str, pa.RecordBatch]]:
 
 
 _WS = b" \t\r\n"
+_WS_BYTES = np.frombuffer(_WS, np.uint8)
 
 
 def _scan(data: bytes, source: str) -> tuple[dict[str, Any], tuple[Any, ...]]:
@@ -99,6 +100,9 @@ def _scan(data: bytes, source: str) -> tuple[dict[str, Any], tuple[Any, ...]]:
     while True:
         buf[:n - at] = buf[at:n]  # what the last piece left: the next one starts with it
         n -= at
+        if not scanner.after and n > 1 and not np.isin(buf[1:n], _WS_BYTES, invert=True).any():
+            n = 1  # only whitespace after the "[" so far: a file of spaces is not kept whole
+
         if read:
             buf, read = _read(text, buf, n)
             n += read

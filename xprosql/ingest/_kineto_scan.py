@@ -535,6 +535,7 @@ def _scan(buf, n, pos, after, kinds, values, floats, arg_count, s_owner, s_key, 
         counts[C_RESUME], counts[C_AFTER] = pos, after
         pos = _ws(buf, pos)
         if pos >= n:
+            counts[C_RESUME] = n  # whitespace carries nothing to the next piece (a file of spaces stays small)
             break
         if after:
             if buf[pos] == 93:
