@@ -376,3 +376,83 @@ def test_a_compaction_that_fills_the_disk_leaves_no_partial_pack(tmp_path: Path,
     assert len(after) > len(before) and _profiles(root) == 7
     monkeypatch.setattr(Warehouse, "_write_pack_file", real_write)
     assert xprosql.compact(root).packs_written >= 1 and _profiles(root) == 7
+
+
+def test_a_kill_during_the_automatic_compaction_then_a_resume_compacts(tmp_path: Path) -> None:
+    paths = _kineto_variants(tmp_path / "logs", 34)  # past AUTO_COMPACT_MIN_PROFILES (32): the ingest compacts
+    root = tmp_path / "run"
+    ingest = subprocess.Popen([sys.executable, "-m", "xprosql.cli", "ingest", str(tmp_path / "logs"), "--into",
+                               str(root), "-q"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and ingest.poll() is None and not any(root.glob("*/_packs/*")):
+        time.sleep(0.002)
+    if ingest.poll() is not None:
+        pytest.skip("the compaction ended before the test saw it begin")
+    ingest.send_signal(signal.SIGKILL)
+    ingest.wait()
+    assert not (root / "_manifests").exists() or not list((root / "_manifests").glob("*.json")), "it had published"
+    resumed = xprosql.ingest(tmp_path / "logs", into=root)
+    assert resumed.ok and not resumed.ingested and len(resumed.skipped) == len(paths)
+    assert resumed.compaction is not None and resumed.compaction.packs_written >= 1
+    assert _profiles(root) == len(paths) and Warehouse(root).small_unpacked() == 0
+
+
+def test_a_profile_filter_is_one_expression_not_a_statement(tmp_path: Path) -> None:
+    root = tmp_path / "run"
+    assert xprosql.ingest(SMALL_KINETO, into=root).ok
+    written = tmp_path / "x.csv"
+    for where in [f"1=1; COPY (SELECT 1) TO '{written}'", f"1=1) TO '{written}' --", "true; DROP TABLE profiles"]:
+        with pytest.raises(xprosql.errors.ParameterError, match="not one SQL expression|bad profile predicate"):
+            xprosql.load(root, where=where)
+    assert not written.exists()
+    assert len(xprosql.load(root, where="format = 'kineto'").profile_ids) == 1
+
+
+def test_a_worker_killed_on_one_file_names_that_file_and_the_rest_ingest(tmp_path: Path) -> None:
+    # Fault injection: every interpreter of the run (the workers too) loads a sitecustomize that kills its
+    # own process when it decodes a file named crash*, as the kernel would kill one out of memory.
+    hooks = tmp_path / "hooks"
+    hooks.mkdir()
+    (hooks / "sitecustomize.py").write_text(
+        "import importlib, os, signal\n"
+        "ingest = importlib.import_module('xprosql.ingest')\n"
+        "real = ingest._ingest_file\n"
+        "def dying(path, *args, **kwargs):\n"
+        "    if path.name.startswith('crash'):\n"
+        "        os.kill(os.getpid(), signal.SIGKILL)\n"
+        "    return real(path, *args, **kwargs)\n"
+        "ingest._ingest_file = dying\n")
+    paths = _kineto_variants(tmp_path / "logs", 6)
+    crash = paths[2].rename(paths[2].with_name("crash.json"))
+    done = _cli("ingest", str(tmp_path / "logs"), "--into", str(tmp_path / "run"), "--jobs", "2", "--compact", "never",
+                env={"PYTHONPATH": os.pathsep.join([str(hooks), os.environ.get("PYTHONPATH", "")])}, timeout=300)
+    assert done.returncode == 1, done.stderr
+    errors = [line for line in done.stderr.splitlines() if line.startswith("error:")]
+    assert errors == [f"error: {crash}: the process decoding it died (killed by a signal: out of memory, or the file "
+                      "changed under it)"], done.stderr
+    assert _profiles(tmp_path / "run") == 5
+
+
+def _mounted_tmpfs(directory: Path, size: str) -> bool:
+    directory.mkdir()
+    if os.geteuid() != 0:
+        return False
+    return subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(directory)],
+                          capture_output=True).returncode == 0
+
+
+def test_a_really_full_disk_stops_the_batch_cleanly(tmp_path: Path) -> None:
+    disk = tmp_path / "small_disk"
+    if not _mounted_tmpfs(disk, "3m"):
+        pytest.skip("needs root and tmpfs to make a small disk (the fake-layer test covers the rest)")
+    try:
+        paths = _kineto_variants(tmp_path / "logs", 40)
+        root = disk / "run"
+        report = xprosql.ingest(paths, into=root, compact=False)
+        assert report.stopped and "no space left" in report.stopped, str(report)
+        assert 1 <= len(report.ingested) < len(paths) and report.not_done
+        assert report.failed[-1][0] in map(str, paths)
+        assert _profiles(root) == len(report.ingested)
+        assert not [p for p in root.iterdir() if p.name.startswith(".staging-")]
+    finally:
+        subprocess.run(["umount", str(disk)], check=False)

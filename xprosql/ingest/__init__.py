@@ -622,26 +622,32 @@ def _ingest_serial(
             return
 
 
+def _pool(workers: int) -> cf.ProcessPoolExecutor:
+    # spawn: the parent may hold DuckDB and Polars thread pools, which fork would copy mid-flight.
+    return cf.ProcessPoolExecutor(max_workers=workers, mp_context=multiprocessing.get_context("spawn"),
+                                  initializer=_worker_init, initargs=(os.getpid(),))
+
+
 def _ingest_parallel(
     work: list[tuple[Path, dict[str, str]]], into: str | os.PathLike[str], jobs: int, report: IngestReport,
     bar: _Progress | None, sizes: dict[Path, int], *, keep_secrets: bool,
 ) -> None:
-    # spawn: the parent may hold DuckDB and Polars thread pools, which fork would copy mid-flight.
-    context = multiprocessing.get_context("spawn")
-    executor = cf.ProcessPoolExecutor(max_workers=min(jobs, len(work)), mp_context=context, initializer=_worker_init,
-                                      initargs=(os.getpid(),))
+    executor = _pool(min(jobs, len(work)))
+    tags_of = dict(work)
     futures = {executor.submit(_task, str(path), str(into), file_tags, keep_secrets): path for path, file_tags in work}
     pending = set(futures)
+    orphans: list[Path] = []  # files of a pool whose worker died: each is tried again alone, to name the culprit
 
-    def collect(done: Iterable[cf.Future]) -> bool:
+    def collect(done: Iterable[cf.Future], of: Mapping[cf.Future, Path] = futures) -> bool:
         """Record finished files; False once the disk is full."""
         room = True
         for future in done:
-            path = futures[future]
+            path = of[future]
             try:
                 outcome = future.result()
-            except cf.process.BrokenProcessPool as exc:
-                outcome = "failed", str(path), "", f"worker process died: {exc}"
+            except cf.process.BrokenProcessPool:
+                orphans.append(path)
+                continue
             _record(report, outcome)
             room = room and outcome[0] != "disk_full"
             if bar is not None:
@@ -669,6 +675,20 @@ def _ingest_parallel(
         executor.shutdown(wait=False, cancel_futures=True)
         raise IngestInterrupted(report) from None
     executor.shutdown(wait=True)
+    # A worker died (killed: out of memory, a file changed under it): the pool's other files are tried again
+    # together, and what breaks that pool too, alone, so that the file that kills a worker is the one named.
+    for workers in (jobs, 1):
+        retry, orphans = sorted(orphans), []
+        for group in ([retry] if workers > 1 else [[path] for path in retry]):
+            if not group:
+                continue
+            again = _pool(min(workers, len(group)))
+            tries = {again.submit(_task, str(path), str(into), tags_of[path], keep_secrets): path for path in group}
+            collect(cf.wait(tries).done, tries)
+            again.shutdown(wait=True)
+    for path in orphans:
+        _record(report, ("failed", str(path), "", "the process decoding it died (killed by a signal: out of memory, "
+                                                   "or the file changed under it)"))
     order = {str(path): i for i, (path, _) in enumerate(work)}
     report.ingested.sort(key=lambda item: order.get(item.path, 0))
     report.skipped.sort(key=lambda item: order.get(item.path, 0))
