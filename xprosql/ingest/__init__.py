@@ -33,6 +33,7 @@ import re
 import signal
 import stat
 import sys
+import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
@@ -629,6 +630,25 @@ def _pool(workers: int) -> cf.ProcessPoolExecutor:
 
 
 def _ingest_parallel(
+    work: list[tuple[Path, dict[str, str]]], into: str | os.PathLike[str], jobs: int, report: IngestReport,
+    bar: _Progress | None, sizes: dict[Path, int], *, keep_secrets: bool,
+) -> None:
+    # A worker that dies leaves its pipe broken: writing to it must be an error to handle, not a SIGPIPE that
+    # kills this process (the CLI restores SIGPIPE's default so that `| head` ends quietly).
+    pipe = getattr(signal, "SIGPIPE", None)
+    restore = signal.signal(pipe, signal.SIG_IGN) if pipe is not None and _main_thread() else None
+    try:
+        _run_pools(work, into, jobs, report, bar, sizes, keep_secrets=keep_secrets)
+    finally:
+        if restore is not None:
+            signal.signal(pipe, restore)  # type: ignore[arg-type]
+
+
+def _main_thread() -> bool:
+    return threading.current_thread() is threading.main_thread()
+
+
+def _run_pools(
     work: list[tuple[Path, dict[str, str]]], into: str | os.PathLike[str], jobs: int, report: IngestReport,
     bar: _Progress | None, sizes: dict[Path, int], *, keep_secrets: bool,
 ) -> None:

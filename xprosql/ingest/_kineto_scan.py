@@ -573,10 +573,31 @@ def _scan(buf, n, pos, after, kinds, values, floats, arg_count, s_owner, s_key, 
     return status
 
 
+@njit(cache=True)
+def _repeats(owner, key):
+    i, n = 0, len(owner)
+    while i < n:
+        j = i
+        while j < n and owner[j] == owner[i]:  # an event's args are contiguous
+            j += 1
+        if j - i <= 32:  # most events: a few args, compared pairwise
+            for a in range(i, j):
+                for b in range(a + 1, j):
+                    if key[a] == key[b]:
+                        return True
+        else:
+            run = np.sort(key[i:j])
+            for a in range(1, j - i):
+                if run[a] == run[a - 1]:
+                    return True
+        i = j
+    return False
+
+
 def has_repeated_args(owner: np.ndarray, key: np.ndarray) -> bool:
-    """Whether some event has an arg key twice (the dict of the reference path keeps the last): in n log n."""
-    pairs = (owner.astype(np.int64) << 32) | key.astype(np.int64)
-    return bool(np.unique(pairs).size < pairs.size)
+    """Whether some event has an arg key twice (the dict of the reference path keeps the last): pairwise within
+    small events, by sorting within large ones, so linear in the events and n log n in one event's args."""
+    return bool(_repeats(owner, key))
 
 
 class Scanner:

@@ -15,7 +15,7 @@ from collections.abc import Iterator
 import pyarrow as pa
 
 from xprosql.engine.connection import connect_views, query
-from xprosql.engine.library import library
+from xprosql.engine.library import library, used_parameters
 from xprosql.models.tables import INGEST_DERIVED_TABLES, TABLES
 from xprosql.warehouse import StagedProfile
 
@@ -25,6 +25,8 @@ __all__ = ["DERIVE_MEMORY_LIMIT", "DecodedTables", "derive_tables"]
 # profile of tens of millions of events ingests in a few GB.
 DERIVE_MEMORY_LIMIT = "2GB"
 _DECODED = [table for table in TABLES if table not in INGEST_DERIVED_TABLES]
+# Included by more than one derived table (the CPU op tree of PyTorch traces): computed once per profile.
+_SHARED = {"torch._op_tree": "_shared_op_tree"}
 # Profiles whose decoded tables take less Arrow memory than this are derived from memory, while the writer thread
 # still compresses the same batches to Parquet; larger ones from the staged files, once written.
 _IN_MEMORY_BYTES = 256 * 2**20
@@ -76,8 +78,13 @@ def derive_tables(staged: StagedProfile, decoded: DecodedTables | None = None) -
                                                       "temp_directory": str(staged.directory / ".spill")})
     lib = library()
     try:
-        for name, module_id in INGEST_DERIVED_TABLES.items():
+        # Building blocks that several derived tables include run once, into a temporary table.
+        for module_id, table in _SHARED.items():
             text, params = lib.runnable(module_id)
+            con.execute(f"CREATE TEMP TABLE {table} AS {text}", params)
+        for name, module_id in INGEST_DERIVED_TABLES.items():
+            text = lib.text(module_id, frozenset(_SHARED.items()))
+            params = used_parameters(text, lib.bind(module_id, {}))
             rows = query(con, text, params).to_arrow_table()
             con.register(f"derived_{name}", rows)  # what the next derived tables read
             con.execute(f"CREATE OR REPLACE VIEW {name} AS SELECT * FROM derived_{name}")
