@@ -157,6 +157,26 @@ class Run:
         """
         return self.engine.analysis("torch.framework_ops", profiles=profiles, by_shapes=by_shapes)
 
+    def memory_timeline(self, *, profiles: Profiles = None, buckets: int | None = None) -> Result:
+        """Bytes in use and reserved per device allocator over time (``sql/memory/memory_timeline.sql``): after
+        every allocation and free, or the highest of each of ``buckets`` equal spans of the profile (bytes, ps).
+
+        Example:
+            >>> run.memory_timeline(buckets=200).pl().select("allocator", "start_ps", "in_use_bytes")  # doctest: +SKIP
+        """
+        return self.engine.analysis("memory.memory_timeline", profiles=profiles, buckets=buckets)
+
+    def memory_peaks(self, *, profiles: Profiles = None) -> Result:
+        """Per profile and device allocator: the peak of bytes in use, when (ps), reserved bytes and
+        fragmentation then, allocations, frees, unfreed blocks and the peak's share of the device's memory
+        (``sql/memory/memory_peaks.sql``)."""
+        return self.engine.analysis("memory.memory_peaks", profiles=profiles)
+
+    def memory_leaks(self, *, profiles: Profiles = None) -> Result:
+        """Allocations never freed by the profile's end, by the op (and shape) that allocated them, with each
+        allocator's growth of bytes in use per step (bytes; ``sql/memory/memory_leaks.sql``)."""
+        return self.engine.analysis("memory.memory_leaks", profiles=profiles)
+
     def top_ops(self, *, profiles: Profiles = None, top: int | None = None) -> Result:
         """The ``top`` ops by total time (ps) per profile, device and track (``sql/ops/top_ops.sql``)."""
         return self.engine.analysis("ops.top_ops", profiles=profiles, **({} if top is None else {"top": top}))

@@ -257,6 +257,25 @@ TABLES: dict[str, pa.Schema] = {
         _col("derived_transcendentals", pa.int64(), "transcendental ops (exp, tanh, ...) of one execution, derived like derived_flops"),
         _col("derived_bytes_accessed", pa.int64(), "bytes read and written by one execution, derived from operand and result sizes (fusions: what their body reads plus their results)", "bytes"),
     ]),
+    # Derived at ingest by sql/memory/_memory_events.sql: every allocation and free, on every source.
+    "memory_events": pa.schema([
+        _col("event_id", pa.int64(), "events.event_id of the allocation or free"),
+        _col("device_id", pa.int32(), "devices.device_id of the plane or process that recorded it"),
+        _col("allocator", pa.string(), "XSpace allocator_name (GPU_0_bfc), else index_on_host=N; Kineto cpu, cuda:N, hip:N"),
+        _col("kind", _dict_str, "allocation or free"),
+        _col("start_ps", pa.int64(), "when", "ps"),
+        _col("bytes", pa.int64(), "bytes allocated or freed (positive)", "bytes"),
+        _col("requested_bytes", pa.int64(), "bytes asked for (XSpace)", "bytes"),
+        _col("address", pa.int64(), "the block's address"),
+        _col("in_use_bytes", pa.int64(), "the allocator's bytes in use after the event", "bytes"),
+        _col("reserved_bytes", pa.int64(), "the allocator's bytes reserved after the event", "bytes"),
+        _col("allocator_peak_bytes", pa.int64(), "the allocator's own peak in use so far (XSpace peak_bytes_in_use)", "bytes"),
+        _col("fragmentation", pa.float64(), "the allocator's fragmentation after the event (XSpace)"),
+        _col("op", pa.string(), "the op that asked for it (XSpace tf_op)"),
+        _col("region_type", pa.string(), "XSpace region_type"),
+        _col("data_type", pa.string(), "XSpace data_type"),
+        _col("shape", pa.string(), "XSpace shape of the tensor"),
+    ]),
     # Derived at ingest by sql/torch/_framework_op_kernels.sql: the PyTorch op each GPU activity of a Kineto
     # trace belongs to (the roofline, the bottleneck breakdown and framework_ops read it).
     "framework_op_kernels": pa.schema([
@@ -381,7 +400,8 @@ TABLES: dict[str, pa.Schema] = {
 # Table -> the SQL module (sql/<area>/<name>.sql) whose rows it stores, run with its default parameters.
 # Written at ingest from the profile's decoded tables:
 # (in this order: each reads the tables derived before it).
-INGEST_DERIVED_TABLES: dict[str, str] = {"framework_op_kernels": "torch._framework_op_kernels",
+INGEST_DERIVED_TABLES: dict[str, str] = {"memory_events": "memory._memory_events",
+                                         "framework_op_kernels": "torch._framework_op_kernels",
                                          "framework_op_stats": "torch._framework_op_stats",
                                          "op_stats": "ops._op_stats"}
 # Written by compaction for each pack, from the pack's other tables:
