@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -80,16 +81,23 @@ def cohort_parameters(run: xprosql.Run) -> dict[str, list[str]]:
 
 
 # Profiles as users bring them, generated on this machine (tests/wild_profiles.py): one warehouse each.
+def _generated_warehouse(factory: pytest.TempPathFactory, name: str, make: Callable[[Path], Path | list[Path]],
+                         files: int | None = None) -> Path:
+    """A warehouse of what a wild_profiles generator writes (``files``: how many it must write)."""
+    folder = factory.mktemp(name)
+    written = make(folder / "log")
+    traces = written if isinstance(written, list) else [written]
+    report = xprosql.ingest(traces, into=folder / "run")
+    assert report.ok and len(report.ingested) == len(traces) == (files or len(traces)), str(report)
+    return folder / "run"
+
+
 @pytest.fixture(scope="session")
 def jax_sharded_warehouse(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """JAX on 8 host CPU devices with shard_map collectives, ingested."""
     from wild_profiles import make_jax_sharded_profile
 
-    folder = tmp_path_factory.mktemp("sharded")
-    profile = make_jax_sharded_profile(folder / "log")
-    report = xprosql.ingest(profile, into=folder / "run")
-    assert report.ok, str(report)
-    return folder / "run"
+    return _generated_warehouse(tmp_path_factory, "sharded", make_jax_sharded_profile)
 
 
 @pytest.fixture(scope="session")
@@ -97,11 +105,7 @@ def gloo_ddp_warehouse(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """Both ranks of a 2-rank PyTorch DDP run on gloo, ingested."""
     from wild_profiles import make_gloo_ddp_profiles
 
-    folder = tmp_path_factory.mktemp("gloo")
-    traces = make_gloo_ddp_profiles(folder / "log")
-    report = xprosql.ingest(traces, into=folder / "run")
-    assert report.ok and len(report.ingested) == len(traces) == 2, str(report)
-    return folder / "run"
+    return _generated_warehouse(tmp_path_factory, "gloo", make_gloo_ddp_profiles, files=2)
 
 
 @pytest.fixture(scope="session")
@@ -109,8 +113,4 @@ def torch_training_warehouse(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A small MLP's SGD training profiled by PyTorch on the CPU (record_shapes=True), ingested."""
     from wild_profiles import make_torch_training_profile
 
-    folder = tmp_path_factory.mktemp("torch_training")
-    traces = make_torch_training_profile(folder / "log")
-    report = xprosql.ingest(traces, into=folder / "run")
-    assert report.ok and len(report.ingested) == len(traces), str(report)
-    return folder / "run"
+    return _generated_warehouse(tmp_path_factory, "torch_training", make_torch_training_profile)

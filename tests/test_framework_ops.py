@@ -88,13 +88,23 @@ def test_an_op_above_costed_ops_carries_their_costs(run: xprosql.Run) -> None:
     assert linear["self_kernel_time_ps"] == 0
 
 
-def test_kernel_time_follows_the_launches_through_the_op_tree() -> None:
-    # Independently of the SQL: the SDPA op's kernels are launched by its child, _flash_attention_forward.
+def test_kernel_time_follows_the_launches_through_the_op_tree(run: xprosql.Run) -> None:
+    # In the raw trace each SDPA call's kernels are launched by its child, aten::_flash_attention_forward.
     events = json.loads(gzip.decompress(H100.read_bytes()))["traceEvents"]
     sdpa = [e for e in events if e.get("name") == "aten::_scaled_dot_product_flash_attention"]
     child = [e for e in events if e.get("name") == "aten::_flash_attention_forward"]
     assert len(sdpa) == len(child) == 24
     assert all(any(s["ts"] <= c["ts"] and c["ts"] + c["dur"] <= s["ts"] + s["dur"] for s in sdpa) for c in child)
+    # So the parent's kernel time is its child's, counted once, at the child; the roofline puts them at the parent.
+    pid = profile_id_of(H100.read_bytes())
+    ops = run.framework_ops(profiles=[pid], by_shapes=False).pl()
+    parent, launcher = (ops.filter(op=name).row(0, named=True)
+                        for name in ("aten::_scaled_dot_product_flash_attention", "aten::_flash_attention_forward"))
+    assert parent["kernel_time_ps"] == launcher["kernel_time_ps"] == launcher["self_kernel_time_ps"] > 0
+    assert parent["self_kernel_time_ps"] == 0 and parent["kernels"] == launcher["kernels"] == 24
+    roof = run.roofline(profiles=[pid]).pl().filter(row_kind="op", device_kind="gpu")
+    assert roof.filter(op="aten::_scaled_dot_product_flash_attention")["total_time_ps"].sum() == parent["kernel_time_ps"]
+    assert roof.filter(op="aten::_flash_attention_forward").height == 0
 
 
 def test_bottlenecks_split_kernel_time_by_the_roofline(run: xprosql.Run) -> None:

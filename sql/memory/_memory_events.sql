@@ -34,26 +34,33 @@ WITH memory AS (
     FROM events AS e
     WHERE e.name IN ('MemoryAllocation', 'MemoryDeallocation', '[memory]') AND e.start_ps IS NOT NULL
 ),
-stats AS (
-    SELECT
-        s.profile_id, s.event_id,
-        any_value(coalesce(s.int_value, CAST(s.uint_value AS BIGINT), CAST(s.double_value AS BIGINT))) FILTER (WHERE s.stat IN ('bytes_allocated', 'Total Allocated')) AS in_use,
-        any_value(coalesce(s.int_value, CAST(s.uint_value AS BIGINT), CAST(s.double_value AS BIGINT))) FILTER (WHERE s.stat IN ('bytes_reserved', 'Total Reserved')) AS reserved,
-        any_value(coalesce(s.int_value, CAST(s.uint_value AS BIGINT), CAST(s.double_value AS BIGINT))) FILTER (WHERE s.stat IN ('allocation_bytes', 'Bytes')) AS bytes,
-        any_value(coalesce(s.int_value, CAST(s.uint_value AS BIGINT))) FILTER (WHERE s.stat = 'requested_bytes') AS requested,
-        any_value(coalesce(s.int_value, CAST(s.uint_value AS BIGINT))) FILTER (WHERE s.stat IN ('addr', 'Addr', 'address')) AS address,
-        any_value(coalesce(s.int_value, CAST(s.uint_value AS BIGINT))) FILTER (WHERE s.stat = 'peak_bytes_in_use') AS allocator_peak,
-        any_value(coalesce(s.double_value, CAST(s.int_value AS DOUBLE))) FILTER (WHERE s.stat = 'fragmentation') AS fragmentation,
-        any_value(s.str_value) FILTER (WHERE s.stat = 'allocator_name') AS allocator_name,
-        any_value(coalesce(s.int_value, CAST(s.uint_value AS BIGINT))) FILTER (WHERE s.stat = 'index_on_host') AS index_on_host,
-        any_value(s.int_value) FILTER (WHERE s.stat = 'Device Type') AS device_type,
-        any_value(s.int_value) FILTER (WHERE s.stat = 'Device Id') AS memory_device,
-        any_value(s.str_value) FILTER (WHERE s.stat IN ('tf_op', 'tf_op_name')) AS op,
-        any_value(s.str_value) FILTER (WHERE s.stat = 'region_type') AS region_type,
-        any_value(coalesce(s.str_value, CAST(s.int_value AS VARCHAR))) FILTER (WHERE s.stat = 'data_type') AS data_type,
-        any_value(s.str_value) FILTER (WHERE s.stat IN ('shape', 'tensor_shape')) AS shape
+-- Each stat as a number (of whichever value column holds it) and as text.
+values AS (
+    SELECT s.profile_id, s.event_id, s.stat, s.str_value AS text,
+        coalesce(s.int_value, CAST(s.uint_value AS BIGINT), CAST(s.double_value AS BIGINT)) AS number,
+        coalesce(s.double_value, CAST(s.int_value AS DOUBLE)) AS real
     FROM event_stats AS s
     SEMI JOIN memory AS m USING (profile_id, event_id)
+),
+stats AS (
+    SELECT
+        profile_id, event_id,
+        any_value(number) FILTER (WHERE stat IN ('bytes_allocated', 'Total Allocated')) AS in_use,
+        any_value(number) FILTER (WHERE stat IN ('bytes_reserved', 'Total Reserved')) AS reserved,
+        any_value(number) FILTER (WHERE stat IN ('allocation_bytes', 'Bytes')) AS bytes,
+        any_value(number) FILTER (WHERE stat = 'requested_bytes') AS requested,
+        any_value(number) FILTER (WHERE stat IN ('addr', 'Addr', 'address')) AS address,
+        any_value(number) FILTER (WHERE stat = 'peak_bytes_in_use') AS allocator_peak,
+        any_value(real) FILTER (WHERE stat = 'fragmentation') AS fragmentation,
+        any_value(text) FILTER (WHERE stat = 'allocator_name') AS allocator_name,
+        any_value(number) FILTER (WHERE stat = 'index_on_host') AS index_on_host,
+        any_value(number) FILTER (WHERE stat = 'Device Type') AS device_type,
+        any_value(number) FILTER (WHERE stat = 'Device Id') AS memory_device,
+        any_value(text) FILTER (WHERE stat IN ('tf_op', 'tf_op_name')) AS op,
+        any_value(text) FILTER (WHERE stat = 'region_type') AS region_type,
+        any_value(coalesce(text, CAST(number AS VARCHAR))) FILTER (WHERE stat = 'data_type') AS data_type,
+        any_value(text) FILTER (WHERE stat IN ('shape', 'tensor_shape')) AS shape
+    FROM values
     GROUP BY ALL
 )
 SELECT

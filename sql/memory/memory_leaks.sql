@@ -56,16 +56,21 @@ nesting_events AS (
 nesting AS MATERIALIZED (
 -- @include ops._nesting
 ),
--- Each allocation's innermost op (its parent) and outermost (its root), walking up at most a few levels at once.
+-- Each allocation's innermost op (its parent) and outermost (the root op around it: the latest root to start
+-- before it, when it has not ended by then).
+roots AS (
+    SELECT n.profile_id, n.track_id, e.start_ps, e.start_ps + e.dur_ps AS end_ps, CAST(e.name AS VARCHAR) AS name
+    FROM nesting AS n
+    JOIN events AS e USING (profile_id, event_id)
+    WHERE n.depth = 0 AND e.category = 'cpu_op'
+),
 around AS (
     SELECT u.profile_id, u.event_id, CAST(p.name AS VARCHAR) AS op,
-        CAST((SELECT r.name FROM nesting AS n2 JOIN events AS r ON r.profile_id = n2.profile_id AND r.event_id = n2.event_id
-              WHERE n2.profile_id = u.profile_id AND n2.track_id = u.track_id AND n2.depth = 0
-                AND r.start_ps <= u.start_ps AND u.start_ps <= r.start_ps + r.dur_ps
-              ORDER BY r.start_ps DESC LIMIT 1) AS VARCHAR) AS top_op
+        CASE WHEN r.end_ps >= u.start_ps THEN r.name END AS top_op
     FROM unfreed AS u
     JOIN nesting AS n ON n.profile_id = u.profile_id AND n.event_id = u.event_id
     LEFT JOIN events AS p ON p.profile_id = n.profile_id AND p.event_id = n.parent_id
+    ASOF LEFT JOIN roots AS r ON r.profile_id = u.profile_id AND r.track_id = u.track_id AND r.start_ps <= u.start_ps
 ),
 -- In use after the last event of each step (and before the first), per allocator.
 step_ends AS (

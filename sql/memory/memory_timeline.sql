@@ -27,10 +27,10 @@ WITH params AS (
     SELECT CAST($buckets AS BIGINT) AS buckets
 ),
 events AS (
-    SELECT m.*, p.buckets, p.duration_ps
+    SELECT m.*, x.buckets, p.duration_ps
     FROM memory_events AS m
-    JOIN (SELECT profile_id, duration_ps FROM profiles) AS p USING (profile_id)
-    CROSS JOIN params AS p
+    JOIN profiles AS p USING (profile_id)
+    CROSS JOIN params AS x
 ),
 placed AS (
     SELECT *,
