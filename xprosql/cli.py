@@ -29,10 +29,10 @@ import pyarrow.parquet as pq
 
 from xprosql._version import __version__
 from xprosql.engine import Result
-from xprosql.errors import XprosqlError
+from xprosql.errors import ParameterError, XprosqlError
 from xprosql.ingest import ingest
 from xprosql.models.tables import PARTITION_COLUMN, TABLES, column_unit
-from xprosql.run import load
+from xprosql.run import Run, load
 
 __all__ = ["entry", "main"]
 
@@ -415,6 +415,44 @@ def _cmd_report(args: argparse.Namespace) -> int:
     return 0
 
 
+_TIME_UNITS = {"ps": 1, "ns": 10**3, "us": 10**6, "ms": 10**9, "s": 10**12}
+
+
+def _time_ps(text: str | None) -> int | None:
+    """``1.5ms``, ``250us``, ``2s``, ``1000ns`` or a bare number of ps, as picoseconds."""
+    if text is None:
+        return None
+    number = text.strip().lower()
+    unit = next((u for u in ("ps", "ns", "us", "ms", "s") if number.endswith(u)), "ps")
+    try:
+        return round(float(number.removesuffix(unit) if number.endswith(unit) else number) * _TIME_UNITS[unit])
+    except ValueError:
+        raise ParameterError(f"{text!r} is not a time: write e.g. 1.5ms, 250us, 2s or a number of ps") from None
+
+
+def _resolve_profiles(run: Run, wanted: Sequence[str]) -> list[str]:
+    """Profile ids from ids, id prefixes or file names (one match each)."""
+    rows = run.sql("SELECT profile_id, source_path FROM profiles ORDER BY source_path").rows()
+    out = []
+    for given in wanted:
+        found = [pid for pid, path in rows if pid == given] or [pid for pid, path in rows if pid.startswith(given)] or [
+            pid for pid, path in rows if Path(path or "").name == given]
+        if len(found) != 1:
+            raise ParameterError(f"--profile {given}: {'no' if not found else len(found)} profiles match "
+                                 f"(an id, an id prefix or a file name of {run.path})")
+        out.append(found[0])
+    return out
+
+
+def _cmd_export(args: argparse.Namespace) -> int:
+    run = load(args.dir)
+    summary = run.export_trace(args.out, profiles=_resolve_profiles(run, args.profile) if args.profile else None,
+                               where=args.where, start_ps=_time_ps(args.start), end_ps=_time_ps(args.end),
+                               args=args.args, flows=args.flows, counters=args.counters, memory=args.counters)
+    print(summary)
+    print("open it in https://ui.perfetto.dev (Open trace file): it loads in the browser, nothing is uploaded")
+    return 0
+
 
 class _Parser(argparse.ArgumentParser):
     """Mistakes in the arguments as one line, ``error: ...``, and exit status 2, as every other user error."""
@@ -495,6 +533,20 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None,
                    help="progress bar on stderr (default: when stderr is a terminal)")
     p.set_defaults(func=_cmd_report)
+
+    p = commands.add_parser("export", help="write a selection as a Perfetto trace for ui.perfetto.dev (tracks, slices, flows, counters)")
+    p.add_argument("dir", help="warehouse directory")
+    p.add_argument("--out", required=True, help="the trace file to write, e.g. x.perfetto-trace")
+    p.add_argument("--profile", action="append", default=[], metavar="P",
+                   help="a profile: id, id prefix or file name (repeatable; default: every profile)")
+    p.add_argument("--where", metavar="SQL", help="only events matching this predicate on events columns, e.g. \"name LIKE 'fusion%%'\"")
+    p.add_argument("--from", dest="start", metavar="TIME", help="only events ending after this time of each profile (1.5ms, 250us, 2s)")
+    p.add_argument("--to", dest="end", metavar="TIME", help="only events starting before this time of each profile")
+    p.add_argument("--args", action=argparse.BooleanOptionalAction, default=True, help="events' stats as slice args")
+    p.add_argument("--flows", action=argparse.BooleanOptionalAction, default=True, help="launch -> kernel and flows-table arrows")
+    p.add_argument("--counters", action=argparse.BooleanOptionalAction, default=True,
+                   help="counter tracks: the counters table and the memory timeline")
+    p.set_defaults(func=_cmd_export)
 
     p = commands.add_parser("demo", help="ingest the bundled TPU sample into a temporary warehouse and summarise it")
     p.set_defaults(func=_cmd_demo)

@@ -26,6 +26,7 @@ from xprosql.engine.dask import DaskBackend
 from xprosql.errors import UnknownTableError, WarehouseError
 from xprosql.models.tables import INGEST_DERIVED_TABLES, PARTITION_COLUMN, TABLES
 from xprosql.queries import bottlenecks as _bottlenecks
+from xprosql.queries import export_trace as _export
 from xprosql.queries import fleet as _fleet
 from xprosql.queries import hta as _hta
 from xprosql.queries import roofline as _roofline
@@ -308,6 +309,22 @@ class Run:
             >>> run.worst(by="step", top=5).pl()                           # doctest: +SKIP
         """
         return _fleet.worst(self.engine, by=by, top=top, analysis=analysis, scope=scope)
+
+    # -- timeline export ----------------------------------------------------------------------------
+
+    def export_trace(self, out: str | os.PathLike[str], *, profiles: Profiles = None, where: str | None = None,
+                     start_ps: int | None = None, end_ps: int | None = None, args: bool = True, flows: bool = True,
+                     counters: bool = True, memory: bool = True) -> _export.ExportSummary:
+        """Write a selection as a Perfetto trace (TracePacket protobuf) for ui.perfetto.dev: a process per device,
+        a track per line, slices with their stats as args, launch -> kernel flows, counter tracks and the memory
+        timeline (``xprosql/queries/export_trace.py``). ``where``: a SQL predicate on ``events``; ``start_ps`` /
+        ``end_ps``: a window of each profile, ps from its start. Streams in bounded memory.
+
+        Example:
+            >>> run.export_trace("x.perfetto-trace", profiles=["e312ef8bd5a5104a"], start_ps=0, end_ps=10**10)  # doctest: +SKIP
+        """
+        return _export.export_trace(self.engine, out, profiles=profiles, where=where, start_ps=start_ps, end_ps=end_ps,
+                                    args=args, flows=flows, counters=counters, memory=memory)
 
     # -- lifetime -----------------------------------------------------------------------------------
 
