@@ -178,6 +178,17 @@ class Run:
         allocator's growth of bytes in use per step (bytes; ``sql/memory/memory_leaks.sql``)."""
         return self.engine.analysis("memory.memory_leaks", profiles=profiles)
 
+    def hlo_memory(self, *, profiles: Profiles = None, color: int | None = 0, top: int | None = 10) -> Result:
+        """Per HLO module and memory space, XProf's memory viewer numbers from the compiler's buffer assignment
+        (``sql/memory/hlo_memory.sql``): peak heap (bytes), its place in program order, the ``top`` largest
+        buffers live then (None: all) and the parameter / output / temporary totals (bytes). ``color`` is the
+        memory space (0: device memory; None: every space).
+
+        Example:
+            >>> run.hlo_memory(top=3).pl().select("module", "peak_heap_bytes", "top_buffers")  # doctest: +SKIP
+        """
+        return self.engine.analysis("memory.hlo_memory", profiles=profiles, color=color, top=top)
+
     def top_ops(self, *, profiles: Profiles = None, top: int | None = None) -> Result:
         """The ``top`` ops by total time (ps) per profile, device and track (``sql/ops/top_ops.sql``)."""
         return self.engine.analysis("ops.top_ops", profiles=profiles, **({} if top is None else {"top": top}))
