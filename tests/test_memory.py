@@ -42,15 +42,15 @@ def test_kineto_peaks_and_unfreed_blocks_equal_a_walk_over_the_raw_json(run: xpr
     events = sorted((e for e in trace["traceEvents"] if e.get("name") == "[memory]"), key=lambda e: e["ts"])
     assert len(events) == 1014
     live: dict[int, int] = {}
-    peak, peak_ts = -1, None
+    peak, peak_ts, live_at_peak = -1, None, {}
     for e in events:
         args = e["args"]
-        if args["Total Allocated"] > peak:
-            peak, peak_ts = args["Total Allocated"], e["ts"]
         if args["Bytes"] > 0:
             live[args["Addr"]] = args["Bytes"]
         else:
             live.pop(args["Addr"], None)
+        if args["Total Allocated"] > peak:
+            peak, peak_ts, live_at_peak = args["Total Allocated"], e["ts"], dict(live)
     origin = min(e["ts"] for e in trace["traceEvents"] if e.get("ph") in ("X", "i") and isinstance(e.get("ts"), float))
     [(allocator, row)] = _peaks(run, SGLANG).items()
     assert allocator == "hip:0"  # c10 device type 6
@@ -59,6 +59,11 @@ def test_kineto_peaks_and_unfreed_blocks_equal_a_walk_over_the_raw_json(run: xpr
     assert row["allocations"] + row["frees"] == len(events)
     assert (row["unfreed"], row["unfreed_bytes"]) == (len(live), sum(live.values()))
     assert row["capacity_bytes"] == trace["deviceProperties"][0]["totalGlobalMem"]
+    [every] = run.memory_peaks(profiles=[profile_id_of(SGLANG.read_bytes())], top=None).pl()["live_at_peak"].to_list()
+    assert sum(g["blocks"] for g in every) == len(live_at_peak) > 0
+    assert sum(g["bytes"] for g in every) == sum(live_at_peak.values())
+    assert row["unattributed_at_peak_bytes"] == peak - sum(live_at_peak.values())
+    assert all(g["op"] is not None for g in every)  # every [memory] event of this trace is inside an op
 
 
 def test_xspace_peaks_equal_xprofs_memory_profile(run: xprosql.Run, tmp_path: Path) -> None:
@@ -129,6 +134,19 @@ def test_a_tensor_kept_every_step_is_named_with_its_growth(tmp_path: Path) -> No
     assert row["allocator"] == "cpu" and row["unfreed"] in (3, 4) and row["unfreed_bytes"] == row["unfreed"] * mib
     assert row["top_op"] == "aten::ones" and row["op"] in ("aten::empty", "aten::ones")
     assert row["steps"] >= 3 and row["growth_per_step_bytes"] == pytest.approx(mib, rel=0.05)
+    # Per step: the rows partition the profile's events, and each step's peak holds one more kept tensor.
+    with xprosql.load(tmp_path / "run") as run:
+        whole = run.memory_peaks().pl()
+        steps = run.memory_peaks(by_step=True).pl().filter(pl.col("step_index").is_not_null()).sort("step_index")
+        every_step = run.memory_peaks(by_step=True).pl()
+    assert every_step["allocations"].sum() == whole["allocations"].sum()
+    assert every_step["frees"].sum() == whole["frees"].sum() and every_step["unfreed"].sum() == whole["unfreed"].sum()
+    assert every_step["peak_in_use_bytes"].max() == whole["peak_in_use_bytes"].max()
+    assert steps.height >= 3
+    growth = steps["peak_in_use_bytes"].diff().drop_nulls()
+    assert growth.to_list() == pytest.approx([mib] * growth.len(), rel=0.05)
+    kept_at_peak = [g for g in whole["live_at_peak"].item() if g["shape"] is None and g["bytes"] >= 3 * mib]
+    assert kept_at_peak and kept_at_peak[0]["op"] in ("aten::empty", "aten::ones")
 
 
 # XProf's memory viewer per module: it reads the <module>(<program id>).hlo_proto.pb files that listing the

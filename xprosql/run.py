@@ -167,11 +167,16 @@ class Run:
         """
         return self.engine.analysis("memory.memory_timeline", profiles=profiles, buckets=buckets)
 
-    def memory_peaks(self, *, profiles: Profiles = None) -> Result:
-        """Per profile and device allocator: the peak of bytes in use, when (ps), reserved bytes and
-        fragmentation then, allocations, frees, unfreed blocks and the peak's share of the device's memory
-        (``sql/memory/memory_peaks.sql``)."""
-        return self.engine.analysis("memory.memory_peaks", profiles=profiles)
+    def memory_peaks(self, *, profiles: Profiles = None, by_step: bool = False, top: int | None = 5) -> Result:
+        """Per profile and device allocator (and step, ``by_step``): the peak of bytes in use, when (ps), the
+        ``top`` largest (op, shape) groups of blocks live then (None: all), reserved bytes and fragmentation then,
+        allocations, frees, unfreed blocks and the peak's share of the device's memory
+        (``sql/memory/memory_peaks.sql``).
+
+        Example:
+            >>> run.memory_peaks(by_step=True).pl().select("allocator", "step", "peak_in_use_bytes")  # doctest: +SKIP
+        """
+        return self.engine.analysis("memory.memory_peaks", profiles=profiles, by_step=by_step, top=top)
 
     def memory_leaks(self, *, profiles: Profiles = None) -> Result:
         """Allocations never freed by the profile's end, by the op (and shape) that allocated them, with each
@@ -320,6 +325,58 @@ class Run:
             >>> run.worst(by="step", top=5).pl()                           # doctest: +SKIP
         """
         return _fleet.worst(self.engine, by=by, top=top, analysis=analysis, scope=scope)
+
+    # -- jobs: many ranks, one job ------------------------------------------------------------------
+
+    def jobs(self, *, profiles: Profiles = None) -> Result:
+        """The jobs of the warehouse: profiles of one run, one distributed job or one ``job`` tag, with the
+        ranks and hosts present and the ranks missing (``sql/jobs/jobs.sql``).
+
+        Example:
+            >>> run.jobs().pl().select("job", "profiles", "world_size", "missing_ranks")  # doctest: +SKIP
+        """
+        return self.engine.analysis("jobs.jobs", profiles=profiles)
+
+    def clock_offsets(self, *, profiles: Profiles = None, min_matched: int | None = None) -> Result:
+        """Each profile's offset to its job's clock (ps: job time = profile time + ``offset_ps``) and its source:
+        the reference member, a shared host clock, matched collective ends, or the wall clocks
+        (``sql/jobs/clock_offsets.sql``). ``min_matched``: instances matched with the reference a member on
+        another host needs for the collective-ends offset (default 3)."""
+        return self.engine.analysis("jobs.clock_offsets", profiles=profiles,
+                                    **({} if min_matched is None else {"min_matched": min_matched}))
+
+    def collectives(self, *, profiles: Profiles = None, min_matched: int | None = None) -> Result:
+        """One row per collective instance per rank of every job, on the job clock (ps): kind, process group,
+        bytes, the last rank to arrive, the wait it imposed, transfer time after it, and NCCL's algbw / busbw
+        (bytes/s) (``sql/jobs/collectives.sql``). ``min_matched`` as in :meth:`clock_offsets`.
+
+        Example:
+            >>> run.collectives().pl().filter(pl.col("matched")).select("kind", "last_member", "arrival_skew_ps")  # doctest: +SKIP
+        """
+        return self.engine.analysis("jobs.collectives", profiles=profiles,
+                                    **({} if min_matched is None else {"min_matched": min_matched}))
+
+    def stragglers(self, *, profiles: Profiles = None, min_cost_share: float | None = None,
+                   min_matched: int | None = None) -> Result:
+        """Per job, step and rank: the delay it imposed on the others at collectives (ps), its rank in the step,
+        whether it is a straggler (imposed at least ``min_cost_share`` of the step, 0..1, default 0.2), HTA's
+        late-start metric and the kernel pace (``sql/jobs/stragglers.sql``).
+
+        Example:
+            >>> run.stragglers().pl().filter(pl.col("straggler")).select("step", "member", "delay_imposed_ps")  # doctest: +SKIP
+        """
+        params: dict[str, Any] = {}
+        if min_cost_share is not None:
+            params["min_cost_share"] = min_cost_share
+        if min_matched is not None:
+            params["min_matched"] = min_matched
+        return self.engine.analysis("jobs.stragglers", profiles=profiles, **params)
+
+    def what_if(self, *, profiles: Profiles = None, min_matched: int | None = None) -> Result:
+        """Per job and step (and per job): the step time if the step's worst rank ran like the median rank, and
+        the saving (ps, share 0..1) (``sql/jobs/what_if.sql``)."""
+        return self.engine.analysis("jobs.what_if", profiles=profiles,
+                                    **({} if min_matched is None else {"min_matched": min_matched}))
 
     # -- timeline export ----------------------------------------------------------------------------
 
