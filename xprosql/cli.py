@@ -406,10 +406,11 @@ def _cmd_report(args: argparse.Namespace) -> int:
     run = load(args.dir)
     profiles = args.profile or None
     if args.out:
-        report = build_report(run, profiles=profiles, top_ops=args.top, progress=args.progress)
+        report = build_report(run, profiles=profiles, top_ops=args.top, progress=args.progress, sections=args.sections)
         path = report.write(args.out)
         charts = sum(len(p.charts) for p in report.profiles)
-        print(f"wrote {path}: {len(report.profiles)} profiles, {charts} charts")
+        print(f"wrote {path}: {report.fleet.height} profiles, {len(report.profiles)} profile sections, {charts} charts "
+              f"({path.stat().st_size / 1e6:.1f} MB, works offline)")
         return 0
     print(terminal_summary(run, profiles=profiles, top_ops=min(args.top, 5)), end="")
     return 0
@@ -527,9 +528,10 @@ def _parser() -> argparse.ArgumentParser:
 
     p = commands.add_parser("report", help="per profile: bottleneck, step breakdown, top ops, async summary, roofline")
     p.add_argument("dir", help="warehouse directory")
-    p.add_argument("--out", help="write an HTML report with charts here (charts need xprosql[plot]); without it, a terminal summary")
+    p.add_argument("--out", help="write an interactive HTML report here (charts need plotly: xprosql[plot]); without it, a terminal summary")
     p.add_argument("--profile", action="append", default=[], metavar="ID", help="only this profile (repeatable)")
     p.add_argument("--top", type=int, default=10, help="top ops listed per profile")
+    p.add_argument("--sections", type=int, default=30, help="at most this many profile sections (the worst); every profile stays in the summary")
     p.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None,
                    help="progress bar on stderr (default: when stderr is a terminal)")
     p.set_defaults(func=_cmd_report)
