@@ -255,3 +255,23 @@ def test_memory_buffers_hold_every_logical_buffer_and_allocation(run: xprosql.Ru
                    " count(*) FILTER (WHERE logical_buffer_id IS NULL) FROM memory_buffers WHERE profile_id = ? GROUP BY 1",
                    [profile_id_of(TPU_XSPACE.read_bytes())]).rows()
     assert {module: (ids, empty) for module, ids, empty in rows} == expected
+
+
+def test_the_fleet_view_finds_each_jobs_peak_and_who_came_near_capacity(tmp_path: Path) -> None:
+    assert xprosql.ingest([SGLANG, MI300_XSPACE], into=tmp_path / "run", tags={"job": "pair"}).ok
+    with xprosql.load(tmp_path / "run") as run:
+        peaks = run.memory_peaks().pl()
+        shares = peaks.group_by("profile_id").agg(pl.col("peak_capacity_share").max()).sort("peak_capacity_share")
+        low, high = shares["peak_capacity_share"].to_list()
+        assert 0 < low < high < 1
+        # Near capacity between the two: only the closer profile.
+        within = 1 - (low + high) / 2
+        [row] = run.fleet_memory(within=within).pl().iter_rows(named=True)
+        stepped = run.fleet_memory(within=within, by_step=True).pl()
+    assert (row["job"], row["profiles"]) == ("tag:pair", 2)
+    top = peaks.sort("peak_in_use_bytes", descending=True).row(0, named=True)
+    assert (row["peak_in_use_bytes"], row["peak_profile_id"], row["peak_allocator"]) == (
+        top["peak_in_use_bytes"], top["profile_id"], top["allocator"])
+    assert row["near_capacity_profile_ids"] == [shares["profile_id"][1]] and row["near_capacity_profiles"] == 1
+    assert stepped["step_index"].null_count() < stepped.height
+    assert stepped["peak_in_use_bytes"].max() == row["peak_in_use_bytes"]

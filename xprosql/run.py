@@ -326,6 +326,15 @@ class Run:
         """
         return _fleet.worst(self.engine, by=by, top=top, analysis=analysis, scope=scope)
 
+    def fleet_memory(self, *, by_step: bool = False, within: float = 0.1) -> Result:
+        """Per job (and step, ``by_step``): the highest memory peak of its profiles (bytes) and the profiles
+        whose peak came within ``within`` (a share, 0..1) of their device's memory (``sql/fleet/job_memory.sql``).
+
+        Example:
+            >>> run.fleet_memory(within=0.05).pl().filter(pl.col("near_capacity_profiles") > 0)  # doctest: +SKIP
+        """
+        return self.engine.analysis("fleet.job_memory", by_step=by_step, within=within)
+
     # -- jobs: many ranks, one job ------------------------------------------------------------------
 
     def jobs(self, *, profiles: Profiles = None) -> Result:
@@ -382,17 +391,18 @@ class Run:
 
     def export_trace(self, out: str | os.PathLike[str], *, profiles: Profiles = None, where: str | None = None,
                      start_ps: int | None = None, end_ps: int | None = None, args: bool = True, flows: bool = True,
-                     counters: bool = True, memory: bool = True) -> _export.ExportSummary:
+                     counters: bool = True, memory: bool = True, job_clock: bool = False) -> _export.ExportSummary:
         """Write a selection as a Perfetto trace (TracePacket protobuf) for ui.perfetto.dev: a process per device,
         a track per line, slices with their stats as args, launch -> kernel flows, counter tracks and the memory
         timeline (``xprosql/queries/export_trace.py``). ``where``: a SQL predicate on ``events``; ``start_ps`` /
-        ``end_ps``: a window of each profile, ps from its start. Streams in bounded memory.
+        ``end_ps``: a window of each profile, ps from its start; ``job_clock``: a job's ranks side by side on its
+        clock (``sql/jobs/clock_offsets.sql``). Streams in bounded memory.
 
         Example:
             >>> run.export_trace("x.perfetto-trace", profiles=["e312ef8bd5a5104a"], start_ps=0, end_ps=10**10)  # doctest: +SKIP
         """
         return _export.export_trace(self.engine, out, profiles=profiles, where=where, start_ps=start_ps, end_ps=end_ps,
-                                    args=args, flows=flows, counters=counters, memory=memory)
+                                    args=args, flows=flows, counters=counters, memory=memory, job_clock=job_clock)
 
     # -- lifetime -----------------------------------------------------------------------------------
 
