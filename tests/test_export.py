@@ -262,3 +262,27 @@ def test_cli_export(run: xprosql.Run, tmp_path: Path, capsys: pytest.CaptureFixt
     assert exported_slices(trace) == warehouse_slices(run, pid, "e.start_ps <= 2500000000 AND e.start_ps + e.dur_ps >= 1000000000")
     assert main(["export", str(run.path), "--profile", "nosuch", "--out", str(out)]) == 2
     assert "error:" in capsys.readouterr().err
+
+
+def test_ranks_side_by_side_on_the_job_clock(tmp_path: Path) -> None:
+    """Two ranks of one job (real Kineto traces): with job_clock each rank's slices move by the correction
+    jobs.clock_offsets derives from the collectives' ends, and its process says which rank it is."""
+    root = tmp_path / "run"
+    assert xprosql.ingest([TEST_DATA / "kineto" / f"sampled_rank{r}.json.gz" for r in (0, 1)], into=root).ok
+    ranks = xprosql.load(root)
+    if "jobs.clock_offsets" not in {m.id for m in ranks.engine.library.public()}:
+        pytest.skip("the job clock (sql/jobs/clock_offsets.sql) is not in this tree")
+    offsets = ranks.analysis("jobs.clock_offsets").pl()
+    correction = dict(zip(offsets["profile_id"], offsets["offset_ps"] - offsets["wall_offset_ps"]))
+    assert len(correction) == 2 and any(correction.values())  # the collectives moved one rank
+    trace = read(ranks.export_trace(tmp_path / "job.perfetto-trace", job_clock=True).path)
+    starts = dict(ranks.sql("SELECT profile_id, start_ns FROM profiles").rows())
+    for pid, shift in correction.items():
+        expected = Counter((t, n, (starts[pid] * 1000 + s + shift) // 1000, (starts[pid] * 1000 + s + d + shift) // 1000)
+                           for t, n, s, d in ranks.sql("""SELECT t.name, e.name, e.start_ps, e.dur_ps FROM events e
+                                JOIN tracks t USING (profile_id, device_id, track_id) WHERE e.profile_id = $p""", {"p": pid}).rows())
+        names = {t.process.process_name for t in trace.tracks.values() if t.HasField("process") and pid in t.process.process_name}
+        assert names and all("rank" in n for n in names)
+        mine = {u for u, t in trace.tracks.items() if t.parent_uuid in
+                {v for v, x in trace.tracks.items() if x.HasField("process") and pid in x.process.process_name}}
+        assert Counter((trace.tracks[u].name, n, ts, end) for u, n, ts, end, _ in trace.slices if u in mine) == expected

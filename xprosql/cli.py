@@ -449,7 +449,8 @@ def _cmd_export(args: argparse.Namespace) -> int:
     run = load(args.dir)
     summary = run.export_trace(args.out, profiles=_resolve_profiles(run, args.profile) if args.profile else None,
                                where=args.where, start_ps=_time_ps(args.start), end_ps=_time_ps(args.end),
-                               args=args.args, flows=args.flows, counters=args.counters, memory=args.counters)
+                               args=args.args, flows=args.flows, counters=args.counters, memory=args.counters,
+                               job_clock=args.job_clock)
     print(summary)
     print("open it in https://ui.perfetto.dev (Open trace file): it loads in the browser, nothing is uploaded")
     return 0
@@ -548,6 +549,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--flows", action=argparse.BooleanOptionalAction, default=True, help="launch -> kernel and flows-table arrows")
     p.add_argument("--counters", action=argparse.BooleanOptionalAction, default=True,
                    help="counter tracks: the counters table and the memory timeline")
+    p.add_argument("--job-clock", action="store_true", help="a job's ranks side by side on the job's clock (sql/jobs/clock_offsets.sql)")
     p.set_defaults(func=_cmd_export)
 
     p = commands.add_parser("demo", help="ingest the bundled TPU sample into a temporary warehouse and summarise it")

@@ -27,8 +27,8 @@ What is written:
 
 Times are absolute nanoseconds: ``profiles.start_ns`` plus the event's picoseconds, floored (a
 slice's end is the floor of its end, so nesting survives the rounding). Several profiles land
-side by side on their recorded clocks (a job clock that aligns ranks is left to the multi-rank
-work). Memory stays bounded: events come from DuckDB in record batches, in start order, with
+side by side on their recorded clocks, or with ``job_clock`` the ranks of a job on the job's clock
+(``sql/jobs/clock_offsets.sql``: each member's wall clock corrected by what its collectives say). Memory stays bounded: events come from DuckDB in record batches, in start order, with
 its sort spilling to disk, and only the open slices of each track are held.
 
 Example:
@@ -53,7 +53,7 @@ import duckdb
 
 from xprosql.engine import Engine
 from xprosql.engine.connection import query, snapshot_connection
-from xprosql.errors import ParameterError, QueryError
+from xprosql.errors import ParameterError, QueryError, UnknownAnalysisError
 from xprosql.queries._params import Profiles
 
 __all__ = ["PROMOTED_ARGS", "ExportSummary", "export_trace"]
@@ -300,6 +300,7 @@ def export_trace(
     flows: bool = True,
     counters: bool = True,
     memory: bool = True,
+    job_clock: bool = False,
     memory_limit: str = "1GB",
 ) -> ExportSummary:
     """Write the selection to ``out`` as a Perfetto trace (TracePacket protobuf); returns what it wrote.
@@ -308,6 +309,8 @@ def export_trace(
     'fusion%'``, ``device_id = 2``); ``start_ps`` / ``end_ps``: keep events that overlap this window of
     each profile (ps from its start; counters inside it); ``args``: stats as slice args; ``flows``:
     launch and ``flows`` arrows; ``counters``: the ``counters`` table; ``memory``: the memory timeline;
+    ``job_clock``: the ranks of a job side by side on the job's clock (``sql/jobs/clock_offsets.sql``:
+    each member moved by what the collectives say its wall clock is off by; other profiles keep theirs);
     ``memory_limit``: DuckDB's memory for the sort (it spills beyond it).
     """
     wanted = engine.profile_ids if profiles is None else [profiles] if isinstance(profiles, str) else list(profiles)
@@ -318,6 +321,7 @@ def export_trace(
     path = Path(out)
     summary = ExportSummary(path=path)
     partial = path.with_name(f".{path.name}.partial")
+    clocks = _job_clocks(engine, wanted, summary) if job_clock else {}
     spill = tempfile.mkdtemp(prefix="xprosql-export-")
     try:
         with open(partial, "wb", buffering=1 << 20) as handle:
@@ -330,7 +334,7 @@ def export_trace(
                     con.execute(f"SET memory_limit = '{memory_limit}'; SET temp_directory = '{spill}'; SET preserve_insertion_order = false")
                     pid = _export_profile(con, engine, profile_id, writer, summary, next_uuid, pid, where=where,
                                           start_ps=start_ps, end_ps=end_ps, args=args, flows=flows,
-                                          counters=counters, memory=memory)
+                                          counters=counters, memory=memory, clock=clocks.get(profile_id))
                 finally:
                     con.close()
             summary.profiles = len(wanted)
@@ -345,9 +349,11 @@ def export_trace(
 def _export_profile(con: duckdb.DuckDBPyConnection, engine: Engine, profile_id: str, writer: _Writer,
                     summary: ExportSummary, next_uuid: Iterator[int], pid: int, *, where: str | None,
                     start_ps: int | None, end_ps: int | None, args: bool, flows: bool, counters: bool,
-                    memory: bool) -> int:
+                    memory: bool, clock: tuple[int, str] | None = None) -> int:
     (start_ns, host, source), = con.execute("SELECT start_ns, host, source_path FROM profiles").fetchall()
     label = host or Path(source or profile_id).name
+    if clock is not None:
+        label = f"{clock[1]}, {label}"
     devices = con.execute("SELECT device_id, name FROM devices ORDER BY device_id").fetchall()
     tracks = con.execute("SELECT device_id, track_id, name FROM tracks "
                          "ORDER BY device_id, coalesce(sort_index, track_id), track_id").fetchall()
@@ -373,7 +379,7 @@ def _export_profile(con: duckdb.DuckDBPyConnection, engine: Engine, profile_id: 
     sql = _EVENTS_SQL.format(where=where or "true", with_args="true" if args else "false", promoted=promoted)
     if not flows:
         sql = sql.replace("LEFT JOIN arrows USING (event_id)", "LEFT JOIN (SELECT * FROM arrows WHERE false) AS arrows USING (event_id)")
-    base_ps = start_ns * 1000
+    base_ps = start_ns * 1000 + (clock[0] if clock is not None else 0)
     # Per line, lanes of open slices (each a stack of (end ps, uuid)); one heap of every open slice's end, so
     # ends go out in time order before the next begin.
     lanes: dict[int, list[list[int]]] = {}
@@ -425,6 +431,24 @@ def _export_profile(con: duckdb.DuckDBPyConnection, engine: Engine, profile_id: 
     if memory:
         _export_memory(engine, profile_id, writer, summary, next_uuid, process, base_ps, start_ps, end_ps)
     return pid
+
+
+def _job_clocks(engine: Engine, wanted: list[str], summary: ExportSummary) -> dict[str, tuple[int, str]]:
+    """Per profile of a job: the picoseconds that move its wall clock onto the job's clock, and its member name."""
+    try:
+        engine.library.module("jobs.clock_offsets")
+    except UnknownAnalysisError:
+        raise ParameterError("the job clock needs the jobs.clock_offsets analysis, which this xprosql lacks") from None
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # profiles of no job: said below
+        rows = engine.analysis("jobs.clock_offsets", profiles=wanted).pl()
+    clocks = {pid: (int(offset) - int(wall), f"{job} {member}")
+              for pid, job, member, offset, wall in rows.select("profile_id", "job_id", "member", "offset_ps", "wall_offset_ps").iter_rows()
+              if offset is not None and wall is not None}
+    alone = [pid for pid in wanted if pid not in clocks]
+    if alone:
+        summary.notes.append(f"{len(alone)} profiles in no job keep their own clock (e.g. {alone[0]})")
+    return clocks
 
 
 def _inside(ts: int, start_ps: int | None, end_ps: int | None) -> bool:
