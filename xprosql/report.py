@@ -525,7 +525,7 @@ def _profile_html(p: ProfileReport, figures: list[tuple[str, dict[str, Any]]]) -
             ("unfreed", "unfreed", _count), ("unfreed bytes", "unfreed_bytes", _bytes),
         ]))
     if not p.peak_contents.is_empty():
-        out.append("<h3>What the peak holds: live blocks at each allocator's peak, by op</h3>" + _table(p.peak_contents, [
+        out.append("<h3>What each peak holds: the largest blocks live then, by op and shape</h3>" + _table(p.peak_contents, [
             ("allocator", "allocator", _text), ("op", "op", _text), ("shape", "shape", _text), ("blocks", "blocks", _count),
             ("bytes", "bytes", _bytes), ("share of the peak", "share", _pct),
         ]))
@@ -608,25 +608,20 @@ def _worst(fleet: pl.DataFrame, sections: int) -> list[str]:
     return chosen
 
 
-def _peak_contents(run: Run, pid: str, peaks: pl.DataFrame, top: int = 12) -> pl.DataFrame:
-    """Blocks live at each allocator's peak (allocated by then, freed after it or never), summed by op and shape."""
-    if peaks.is_empty():
+def _peak_contents(peaks: pl.DataFrame) -> pl.DataFrame:
+    """What each allocator's peak holds (memory_peaks' live_at_peak: blocks by op and shape), with the bytes no
+    allocation of the profile accounts for as a row of their own."""
+    if peaks.is_empty() or "live_at_peak" not in peaks.columns:
         return pl.DataFrame()
-    events = (run.table("memory_events").filter(pl.col("profile_id") == pid)
-              .select("allocator", "kind", "start_ps", "event_id", "bytes", "address", "op", "shape").collect())
-    allocations = events.filter(pl.col("kind") == "allocation").sort("start_ps", "event_id")
-    frees = (events.filter(pl.col("kind") == "free").sort("start_ps", "event_id")
-             .select("allocator", "address", pl.col("start_ps").alias("freed_ps")))
-    # each allocation's free: the address's next free at or after it (an ASOF join by allocator and address)
-    paired = allocations.join_asof(frees, left_on="start_ps", right_on="freed_ps", by=["allocator", "address"],
-                                   strategy="forward", check_sortedness=False)
-    at_peak = paired.join(peaks.select("allocator", "peak_ps", "peak_in_use_bytes"), on="allocator")
-    live = at_peak.filter((pl.col("start_ps") <= pl.col("peak_ps"))
-                          & (pl.col("freed_ps").is_null() | (pl.col("freed_ps") > pl.col("peak_ps"))))
-    return (live.group_by("allocator", "op", "shape")
-            .agg(pl.len().alias("blocks"), pl.col("bytes").sum(), pl.col("peak_in_use_bytes").first())
-            .with_columns((pl.col("bytes") / pl.col("peak_in_use_bytes")).alias("share"))
-            .sort("bytes", descending=True).group_by("allocator", maintain_order=True).head(top))
+    live = (peaks.select("allocator", "peak_in_use_bytes", "live_at_peak").explode("live_at_peak")
+            .filter(pl.col("live_at_peak").is_not_null()).unnest("live_at_peak"))
+    before = (peaks.filter(pl.col("unattributed_at_peak_bytes").fill_null(0) > 0)
+              .select("allocator", "peak_in_use_bytes", pl.lit("(allocated before the profile began)").alias("op"),
+                      pl.lit(None, pl.String).alias("shape"), pl.lit(None, pl.Int64).alias("blocks"),
+                      pl.col("unattributed_at_peak_bytes").alias("bytes")))
+    rows = pl.concat([live.select(before.columns), before], how="vertical_relaxed") if not before.is_empty() else live
+    return rows.with_columns((pl.col("bytes") / pl.col("peak_in_use_bytes")).alias("share")).sort(
+        "allocator", "bytes", descending=[False, True])
 
 
 def _busiest_steps(run: Run, pid: str, steps: pl.DataFrame) -> tuple[pl.DataFrame, dict[int, tuple[str, int, int, Any]]]:
@@ -688,7 +683,7 @@ def build_report(
     summaries = _quiet(lambda: run.async_summary(profiles=chosen)) if chosen else pl.DataFrame()
     roofline = _quiet(lambda: run.roofline(profiles=chosen)) if chosen else pl.DataFrame()
     timeline = _quiet(lambda: run.memory_timeline(profiles=chosen, buckets=400)) if chosen and charts else pl.DataFrame()
-    peaks = _quiet(lambda: run.memory_peaks(profiles=chosen)) if chosen else pl.DataFrame()
+    peaks = _quiet(lambda: run.memory_peaks(profiles=chosen, top=8)) if chosen else pl.DataFrame()
     bar.step(1, "charts")
     built: list[ProfileReport] = []
     for i, pid in enumerate(chosen, start=2):
@@ -740,7 +735,7 @@ def _figures(run: Run, p: ProfileReport, steps: pl.DataFrame, ops: pl.DataFrame,
         p.charts["async"] = _async_figure(kinds)
     if not timeline.is_empty():
         p.charts["memory"] = _memory_figure(timeline, p.memory_peaks)
-        p.peak_contents = _peak_contents(run, pid, p.memory_peaks)
+        p.peak_contents = _peak_contents(p.memory_peaks)
     else:
         p.notes.append(f"No memory timeline: {_needs(run, 'memory.memory_timeline')}.")
 
