@@ -220,3 +220,20 @@ def test_every_job_in_one_query_equals_each_alone(jobs_warehouse: dict) -> None:
         profiles = run.jobs().pl().filter(pl.col("job_id") == ids[name])["profile_ids"].item()
         alone = run.stragglers(profiles=profiles).pl()
         assert alone.equals(together.filter(pl.col("job_id") == ids[name])), name
+
+
+def test_a_job_tag_makes_a_job_of_files_in_any_folders(tmp_path: Path) -> None:
+    """tags['job'] wins over folders: the two real ranks from two folders, tagged, are one job."""
+    files = []
+    for index, source in enumerate(SAMPLED):
+        target = tmp_path / f"host{index}" / source.name
+        target.parent.mkdir()
+        target.write_bytes(source.read_bytes())
+        files.append(target)
+    untagged = xprosql.ingest(files, into=tmp_path / "untagged", compact=False)
+    tagged = xprosql.ingest(files, into=tmp_path / "tagged", compact=False, tags={"job": "pair"})
+    assert untagged.ok and tagged.ok
+    # Apart, each folder is a job of one rank; tagged, one job of both.
+    assert sorted(xprosql.load(tmp_path / "untagged").jobs().pl()["profiles"]) == [1, 1]
+    job = xprosql.load(tmp_path / "tagged").jobs().pl().row(0, named=True)
+    assert (job["job"], job["job_source"], job["ranks"]) == ("tag:pair", "tag", [0, 1])
