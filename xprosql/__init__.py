@@ -10,9 +10,10 @@ Example:
 
 from __future__ import annotations
 
+import importlib
+from typing import TYPE_CHECKING, Any
+
 from xprosql._version import __version__
-from xprosql.engine import Result, compact
-from xprosql.engine.catalogue import analyses
 from xprosql.errors import (
     AnalysisError,
     IngestError,
@@ -24,8 +25,30 @@ from xprosql.errors import (
     WarehouseError,
     XprosqlError,
 )
-from xprosql.ingest import IngestReport, ingest
-from xprosql.run import Run, load
+
+if TYPE_CHECKING:
+    from xprosql.engine import Result, compact
+    from xprosql.engine.catalogue import analyses
+    from xprosql.ingest import IngestReport, ingest
+    from xprosql.run import Run, load
+
+# Imported on first use: DuckDB, Polars and pyarrow take a second to load, and `xprosql --help`,
+# a worker process or `import xprosql.errors` need none of them.
+_LAZY = {"Result": "xprosql.engine", "compact": "xprosql.engine", "analyses": "xprosql.engine.catalogue",
+         "IngestReport": "xprosql.ingest", "ingest": "xprosql.ingest", "Run": "xprosql.run", "load": "xprosql.run"}
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        value = getattr(importlib.import_module(_LAZY[name]), name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module 'xprosql' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted(__all__)
+
 
 __all__ = [
     "AnalysisError",
