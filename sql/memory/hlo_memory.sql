@@ -18,7 +18,7 @@
 -- peak_instruction names the instruction that defines the buffer whose event makes the peak
 -- (XProf: the instruction the simulator was processing, the same one for an ALLOC).
 --
--- Needs: a buffer assignment: XSpace HLO protos (/host:metadata) compiled by XLA with their buffer assignment
+-- Needs: a buffer assignment: XSpace HLO protos (/host:metadata) with their buffer assignment (memory_buffers; a profile ingested by an xprosql older than that table: ingest it again)
 --
 -- Parameters:
 --   $color  BIGINT  memory space (XLA's memory color); NULL: every memory space (default: 0)
