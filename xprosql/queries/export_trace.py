@@ -90,11 +90,14 @@ class ExportSummary:
 
 # -- the protobuf wire format: varints, tags, length-delimited fields -----------------------------------
 
+_SMALL = [bytes((i,)) for i in range(0x80)]
+
+
 def _varint(value: int) -> bytes:
     if value < 0:
         value &= (1 << 64) - 1  # int64 fields: two's complement in ten bytes
     if value < 0x80:
-        return bytes((value,))
+        return _SMALL[value]
     out = bytearray()
     while value >= 0x80:
         out.append((value & 0x7F) | 0x80)
@@ -123,10 +126,6 @@ def _double(number: int, value: float) -> bytes:
     return _key(number, 1) + struct.pack("<d", value)
 
 
-def _fixed64(number: int, value: int) -> bytes:
-    return _key(number, 1) + struct.pack("<Q", value & ((1 << 64) - 1))
-
-
 # Field numbers of perfetto/trace/trace_packet.proto and track_event/*.proto (checked in tests/test_export.py
 # against the descriptors of the perfetto wheel).
 _TRACE_PACKET = 1  # Trace.packet
@@ -144,33 +143,47 @@ _DA_BOOL, _DA_UINT, _DA_INT, _DA_DOUBLE, _DA_STRING, _DA_NAME = 2, 3, 4, 5, 6, 1
 _ID_EVENT_NAMES, _EN_IID, _EN_NAME = 2, 1, 2
 
 
+_ANNOTATION_NAMES: dict[str, bytes] = {}
+_K_ANNOTATIONS, _K_BOOL, _K_UINT, _K_INT = _key(_TE_ANNOTATIONS, 2), _key(_DA_BOOL, 0), _key(_DA_UINT, 0), _key(_DA_INT, 0)
+_K_DOUBLE, _K_STRING = _key(_DA_DOUBLE, 1), _key(_DA_STRING, 2)
+_K_PACKET, _K_TIMESTAMP, _K_TRACK_EVENT, _K_TRACK = _key(_TRACE_PACKET, 2), _key(_P_TIMESTAMP, 0), _key(_P_TRACK_EVENT, 2), _key(_TE_TRACK, 0)
+_K_NAME_IID, _K_CATEGORY, _K_FLOW, _K_TERMINATING = _key(_TE_NAME_IID, 0), _key(_TE_CATEGORIES, 2), _key(_TE_FLOW_IDS, 1), _key(_TE_TERMINATING_FLOW_IDS, 1)
+_PACK_DOUBLE, _PACK_U64 = struct.Struct("<d").pack, struct.Struct("<Q").pack
+
+
 def _annotation(name: str, value: Any) -> bytes:
-    body = _str(_DA_NAME, name)
+    """A DebugAnnotation (an arg): its name, then the value in its type's field."""
+    head = _ANNOTATION_NAMES.get(name)
+    if head is None:
+        head = _ANNOTATION_NAMES[name] = _str(_DA_NAME, name)
     if isinstance(value, bool):
-        body += _int(_DA_BOOL, int(value))
+        body = head + _K_BOOL + _SMALL[int(value)]
     elif isinstance(value, int):
-        body += _int(_DA_UINT, value) if value >= 1 << 63 else _int(_DA_INT, value)
+        body = head + (_K_UINT if value >= 1 << 63 else _K_INT) + _varint(value)
     elif isinstance(value, float):
-        body += _double(_DA_DOUBLE, value)
-    elif isinstance(value, bytes):
-        body += _str(_DA_STRING, value.hex())
+        body = head + _K_DOUBLE + _PACK_DOUBLE(value)
     else:
-        body += _str(_DA_STRING, str(value))
-    return _bytes(_TE_ANNOTATIONS, body)
+        text = (value.hex() if isinstance(value, bytes) else str(value)).encode("utf-8", "replace")
+        body = head + _K_STRING + _varint(len(text)) + text
+    return _K_ANNOTATIONS + _varint(len(body)) + body
 
 
 class _Writer:
-    """Packets out, as they come; the names interned on the one sequence."""
+    """Packets out, as they come; the names interned on the one sequence; each track's bytes made once."""
 
     def __init__(self, out: BinaryIO) -> None:
         self.out = out
-        self.names: dict[str, int] = {}
+        self.names: dict[str, bytes] = {}  # name -> its name_iid field
         self.written = 0
         self._first = True
         self._seq = _int(_P_SEQ, _SEQUENCE)
+        self._needs = self._seq + _int(_P_FLAGS, _FLAG_NEEDS)
+        self._begin: dict[int, bytes] = {}  # track uuid -> TrackEvent type BEGIN and track_uuid fields
+        self._end: dict[int, bytes] = {}    # track uuid -> the whole TrackEvent field of its END
+        self._counter: dict[int, bytes] = {}
 
     def packet(self, body: bytes) -> None:
-        data = _bytes(_TRACE_PACKET, body)
+        data = _K_PACKET + _varint(len(body)) + body
         self.out.write(data)
         self.written += len(data)
 
@@ -194,24 +207,27 @@ class _Writer:
         if self._first:  # the sequence's first packet says its incremental state (the interned names) starts empty
             flags, self._first = _int(_P_FLAGS, _FLAG_CLEARED), False
         self.packet(self._seq + flags + _bytes(_P_TRACK_DESCRIPTOR, body))
+        track = _K_TRACK + _varint(uuid)
+        self._begin[uuid] = _int(_TE_TYPE, _BEGIN) + track
+        self._end[uuid] = _bytes(_P_TRACK_EVENT, _int(_TE_TYPE, _END) + track)
+        self._counter[uuid] = _int(_TE_TYPE, _COUNTER) + track
 
     def begin(self, ts: int, track: int, name: str, extra: bytes) -> None:
         iid = self.names.get(name)
         interned = b""
         if iid is None:
-            iid = self.names[name] = len(self.names) + 1
-            interned = _bytes(_P_INTERNED, _bytes(_ID_EVENT_NAMES, _int(_EN_IID, iid) + _str(_EN_NAME, name)))
-        event = _int(_TE_TYPE, _BEGIN) + _int(_TE_TRACK, track) + _int(_TE_NAME_IID, iid) + extra
-        self.packet(_int(_P_TIMESTAMP, ts) + self._seq + _int(_P_FLAGS, _FLAG_NEEDS) + interned
-                    + _bytes(_P_TRACK_EVENT, event))
+            number = len(self.names) + 1
+            iid = self.names[name] = _K_NAME_IID + _varint(number)
+            interned = _bytes(_P_INTERNED, _bytes(_ID_EVENT_NAMES, _int(_EN_IID, number) + _str(_EN_NAME, name)))
+        event = self._begin[track] + iid + extra
+        self.packet(_K_TIMESTAMP + _varint(ts) + self._needs + interned + _K_TRACK_EVENT + _varint(len(event)) + event)
 
     def end(self, ts: int, track: int) -> None:
-        self.packet(_int(_P_TIMESTAMP, ts) + self._seq + _bytes(_P_TRACK_EVENT, _int(_TE_TYPE, _END) + _int(_TE_TRACK, track)))
+        self.packet(_K_TIMESTAMP + _varint(ts) + self._seq + self._end[track])
 
     def counter(self, ts: int, track: int, value: float | int) -> None:
         number = _int(_TE_INT_VALUE, value) if isinstance(value, int) else _double(_TE_DOUBLE_VALUE, float(value))
-        self.packet(_int(_P_TIMESTAMP, ts) + self._seq
-                    + _bytes(_P_TRACK_EVENT, _int(_TE_TYPE, _COUNTER) + _int(_TE_TRACK, track) + number))
+        self.packet(_K_TIMESTAMP + _varint(ts) + self._seq + _bytes(_P_TRACK_EVENT, self._counter[track] + number))
 
 
 # -- the selection -------------------------------------------------------------------------------------------
@@ -407,7 +423,8 @@ def _export_profile(con: duckdb.DuckDBPyConnection, engine: Engine, profile_id: 
             heapq.heappush(pending, (end, -len(stacks[lane]), track, lane))
             extra = b""
             if category is not None:
-                extra += _str(_TE_CATEGORIES, category)
+                encoded = category.encode("utf-8", "replace")
+                extra += _K_CATEGORY + _varint(len(encoded)) + encoded
             if args:
                 for column, values in zip(PROMOTED_ARGS, columns):
                     if values[i] is not None:
@@ -416,10 +433,10 @@ def _export_profile(con: duckdb.DuckDBPyConnection, engine: Engine, profile_id: 
                     extra += _annotation(stat["stat"], _typed(stat["value"], stat["type"]))
             out_ids, in_ids = batch["flow_ids"][i], batch["terminating_flow_ids"][i]
             for fid in out_ids or ():
-                extra += _fixed64(_TE_FLOW_IDS, fid)
+                extra += _K_FLOW + _PACK_U64(fid)
                 summary.flows += 1
             for fid in in_ids or ():
-                extra += _fixed64(_TE_TERMINATING_FLOW_IDS, fid)
+                extra += _K_TERMINATING + _PACK_U64(fid)
             begin_packet((base_ps + start) // 1000, lane_uuid[(track, lane)] if lane else track_uuid[track], name or "", extra)
             summary.slices += 1
     while pending:
