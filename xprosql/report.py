@@ -356,10 +356,12 @@ def _step_figure(steps: pl.DataFrame, max_steps: int) -> dict[str, Any]:
     labels = [f"{(d or '').replace('/device:', '')} step {s if s is not None else i}"
               for d, s, i in zip(rows["device"].to_list(), rows["step"].to_list(), rows["step_index"].to_list())]
     step_ms = [(v or 0) / 1e9 for v in rows["step_ps"].to_list()]
-    data: list[dict[str, Any]] = [{"type": "bar", "x": labels, "y": step_ms, "name": "step time", "marker": {"color": "#444"},
-                                   "yaxis": "y2", "customdata": [_seconds(v) for v in rows["step_ps"].to_list()],
-                                   "hovertemplate": "%{x}<br>step time %{customdata}<extra></extra>",
-                                   "showlegend": False}]
+    times = [_seconds(v) for v in rows["step_ps"].to_list()]
+    # step times as points with their value written by them: on a log axis bars would start at an arbitrary floor
+    data: list[dict[str, Any]] = [{"type": "scatter", "mode": "markers+text", "x": labels, "y": step_ms, "name": "step time",
+                                   "marker": {"color": "#444", "size": 10}, "text": times, "textposition": "top center",
+                                   "yaxis": "y2", "customdata": times, "cliponaxis": False,
+                                   "hovertemplate": "%{x}<br>step time %{customdata}<extra></extra>", "showlegend": False}]
     for category in BOTTLENECK_CATEGORIES:
         ps = [(v or 0) for v in rows[f"{category}_ps"].to_list()]
         if not any(ps):
@@ -377,25 +379,33 @@ def _step_figure(steps: pl.DataFrame, max_steps: int) -> dict[str, Any]:
 
 
 def _timeline_figure(events: pl.DataFrame, windows: dict[int, tuple[str, int, int, Any]]) -> dict[str, Any]:
-    """The busiest step of each device: its longest events as bars on their lines (ms from the step's start)."""
-    data = []
-    for device_id, (device, start, end, step) in windows.items():
-        rows = events.filter(pl.col("device_id") == device_id)
-        if rows.is_empty():
-            continue
+    """The busiest step of each device: its longest events as bars on their lines, in ms from the step's start,
+    one panel per device with its own time axis (a 2 s step and a 20 ms one each fill their panel)."""
+    panels = [(d, w, events.filter(pl.col("device_id") == d)) for d, w in windows.items()]
+    panels = [(d, w, rows) for d, w, rows in panels if not rows.is_empty()]
+    lines = [rows["track"].n_unique() for _, _, rows in panels]
+    total, gap = sum(lines), 0.12
+    data: list[dict[str, Any]] = []
+    layout = _layout("Busiest step per device: its longest events (drag to zoom, double-click to reset)", barmode="overlay",
+                     height=80 + 26 * total + 70 * len(panels))
+    top = 1.0
+    for k, ((_, (device, start, end, step), rows), count) in enumerate(zip(panels, lines)):
+        span = (1 - gap * (len(panels) - 1)) * count / total
+        axis = "" if k == 0 else str(k + 1)
         short = (device or "").replace("/device:", "")
         data.append({"type": "bar", "orientation": "h", "name": f"{short} step {step} ({_seconds(end - start)})",
-                     "y": [f"{short} · {t}" for t in rows["track"].to_list()],
-                     "base": [(s - start) / 1e9 for s in rows["start_ps"].to_list()],
+                     "xaxis": f"x{axis}", "yaxis": f"y{axis}", "y": rows["track"].to_list(),
+                     "base": [(v - start) / 1e9 for v in rows["start_ps"].to_list()],
                      "x": [max(d, 1) / 1e9 for d in rows["dur_ps"].to_list()], "text": rows["name"].to_list(),
                      "textposition": "none",
-                     "customdata": [[_seconds(s - start), _seconds(d)] for s, d in zip(rows["start_ps"].to_list(), rows["dur_ps"].to_list())],
-                     "hovertemplate": "%{text}<br>%{y}<br>at %{customdata[0]} for %{customdata[1]}<extra></extra>"})
-    lines = len({y for trace in data for y in trace["y"]})
-    return {"data": data, "layout": _layout("Busiest step per device: its longest events (drag to zoom, double-click to reset)",
-                                            barmode="overlay", height=max(260, 60 + 22 * lines),
-                                            xaxis={"title": {"text": "ms from the step's start"}},
-                                            yaxis={"automargin": True, "autorange": "reversed"})}
+                     "customdata": [[_seconds(v - start), _seconds(d)] for v, d in zip(rows["start_ps"].to_list(), rows["dur_ps"].to_list())],
+                     "hovertemplate": f"%{{text}}<br>{short} %{{y}}<br>at %{{customdata[0]}} for %{{customdata[1]}}<extra></extra>"})
+        layout[f"yaxis{axis}"] = {"domain": [max(0.0, top - span), top], "anchor": f"x{axis}", "automargin": True,
+                                  "autorange": "reversed", "title": {"text": short, "font": {"size": 10}}}
+        layout[f"xaxis{axis}"] = {"anchor": f"y{axis}", "range": [0, (end - start) / 1e9],
+                                  "title": {"text": f"ms from the start of {short}'s step {step}", "font": {"size": 10}}}
+        top -= span + gap
+    return {"data": data, "layout": layout}
 
 
 def _roofline_figure(ops: pl.DataFrame) -> dict[str, Any]:
