@@ -9,9 +9,11 @@
 --                    inside that op (its Input Dims and Input type). Its step is that of its launch.
 --   host_annotation  on a rank without collective kernels (gloo on the CPU): the process-group
 --                    annotation (gloo:all_reduce, ...), which spans the collective on its worker thread
---   xla_op           an XLA collective op (by its HLO opcode: all-reduce, all-gather, ...; -done halves
---                    of async pairs left out): on TPU / GPU planes the XLA Ops line, on a host running
---                    XLA:CPU any line of the host
+--   xla_op           an XLA collective op (by its HLO opcode: all-reduce, all-gather, ...): on TPU / GPU
+--                    planes the XLA Ops line, on a host running XLA:CPU any line of the host. Of an async
+--                    pair only the -start op, with its own interval: its end is the start op's, not the
+--                    -done's (async.async_ops has the windows; not joined here yet). XLA ops carry no
+--                    message size here (bytes NULL).
 -- c10d:: ops, record_param_comms and nccl:* annotations are the CPU side of a kernel: not calls.
 --
 -- bytes is the message NCCL's tests measure (PERFORMANCE.md): all_reduce, broadcast, reduce, all_to_all,
