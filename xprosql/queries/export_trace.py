@@ -267,20 +267,19 @@ arrows AS (
           UNION ALL SELECT event_id, fid, phase <> 'f' FROM points)
     GROUP BY event_id
 ),
-stats AS (
-    SELECT event_id, list(struct_pack(stat := stat, value := CASE value_type
+stats AS (  -- one row per stat: joined, not aggregated, so the sort below can spill them to disk
+    SELECT event_id, stat, value_type, CASE value_type
         WHEN 'int64' THEN CAST(int_value AS VARCHAR) WHEN 'uint64' THEN CAST(uint_value AS VARCHAR)
         WHEN 'double' THEN CAST(double_value AS VARCHAR) WHEN 'bytes' THEN hex(bytes_value)
-        ELSE str_value END, type := value_type) ORDER BY stat) AS stats
-    FROM event_stats WHERE {with_args} AND event_id IN (SELECT event_id FROM ev)
-    GROUP BY event_id
+        ELSE str_value END AS value
+    FROM event_stats WHERE {with_args}
 )
-SELECT ev.device_id, ev.track_id, ev.name, ev.category, ev.start_ps, coalesce(ev.dur_ps, 0) AS dur_ps,
-       {promoted}, stats.stats, arrows.flow_ids, arrows.terminating_flow_ids
+SELECT ev.event_id, ev.device_id, ev.track_id, ev.name, ev.category, ev.start_ps, coalesce(ev.dur_ps, 0) AS dur_ps,
+       {promoted}, stats.stat, stats.value, stats.value_type, arrows.flow_ids, arrows.terminating_flow_ids
 FROM ev
 LEFT JOIN stats USING (event_id)
 LEFT JOIN arrows USING (event_id)
-ORDER BY ev.start_ps, dur_ps DESC, ev.event_id
+ORDER BY ev.start_ps, dur_ps DESC, ev.event_id, stats.stat
 """
 
 
@@ -304,6 +303,26 @@ def _batches(con: duckdb.DuckDBPyConnection, sql: str, params: dict[str, Any]) -
         yield {name: batch.column(i).to_pylist() for i, name in enumerate(batch.schema.names)}
 
 
+def _events(batches: Iterator[dict[str, list[Any]]], args: bool) -> Iterator[tuple[Any, ...]]:
+    """The query's rows (one per event and stat, in order) as one tuple per event: track, name, category, start,
+    duration, its args and its flow ids."""
+    current: list[Any] | None = None
+    for batch in batches:
+        promoted = list(zip(*(batch[c] for c in PROMOTED_ARGS))) if args else None
+        for i, event_id in enumerate(batch["event_id"]):
+            if current is None or event_id != current[0]:
+                if current is not None:
+                    yield tuple(current[1:])
+                values = [(c, v) for c, v in zip(PROMOTED_ARGS, promoted[i]) if v is not None] if promoted else []
+                current = [event_id, batch["track_id"][i], batch["name"][i], batch["category"][i], batch["start_ps"][i],
+                           batch["dur_ps"][i], values, batch["flow_ids"][i], batch["terminating_flow_ids"][i]]
+            stat = batch["stat"][i]
+            if stat is not None:
+                current[6].append((stat, _typed(batch["value"][i], batch["value_type"][i])))
+    if current is not None:
+        yield tuple(current[1:])
+
+
 def export_trace(
     engine: Engine,
     out: str | os.PathLike[str],
@@ -317,7 +336,7 @@ def export_trace(
     counters: bool = True,
     memory: bool = True,
     job_clock: bool = False,
-    memory_limit: str = "1GB",
+    memory_limit: str = "512MB",
 ) -> ExportSummary:
     """Write the selection to ``out`` as a Perfetto trace (TracePacket protobuf); returns what it wrote.
 
@@ -402,43 +421,36 @@ def _export_profile(con: duckdb.DuckDBPyConnection, engine: Engine, profile_id: 
     lane_uuid: dict[tuple[int, int], int] = {}
     pending: list[tuple[int, int, int, int]] = []  # (end ps, -depth, track, lane)
     end_packet, begin_packet = writer.end, writer.begin
-    for batch in _batches(con, sql, {"from_ps": start_ps, "to_ps": end_ps}):
-        columns = [batch[c] for c in PROMOTED_ARGS] if args else []
-        for i, (track, name, category, start, dur) in enumerate(zip(batch["track_id"], batch["name"], batch["category"],
-                                                                    batch["start_ps"], batch["dur_ps"])):
-            while pending and pending[0][0] <= start:
-                end, _, t, lane = heapq.heappop(pending)
-                lanes[t][lane].pop()
-                end_packet((base_ps + end) // 1000, lane_uuid[(t, lane)] if lane else track_uuid[t])
-            end = start + dur
-            stacks = lanes.setdefault(track, [[]])
-            lane = next((k for k, stack in enumerate(stacks) if not stack or stack[-1] >= end), len(stacks))
-            if lane == len(stacks):
-                stacks.append([])
-            if lane and (track, lane) not in lane_uuid:
-                lane_uuid[(track, lane)] = uuid = next(next_uuid)
-                writer.descriptor(uuid, name=f"{track_name.get(track, track)} (overlap {lane})", parent=track_uuid.get(track))
-                summary.overlap_tracks += 1
-            stacks[lane].append(end)
-            heapq.heappush(pending, (end, -len(stacks[lane]), track, lane))
-            extra = b""
-            if category is not None:
-                encoded = category.encode("utf-8", "replace")
-                extra += _K_CATEGORY + _varint(len(encoded)) + encoded
-            if args:
-                for column, values in zip(PROMOTED_ARGS, columns):
-                    if values[i] is not None:
-                        extra += _annotation(column, values[i])
-                for stat in batch["stats"][i] or ():
-                    extra += _annotation(stat["stat"], _typed(stat["value"], stat["type"]))
-            out_ids, in_ids = batch["flow_ids"][i], batch["terminating_flow_ids"][i]
-            for fid in out_ids or ():
-                extra += _K_FLOW + _PACK_U64(fid)
-                summary.flows += 1
-            for fid in in_ids or ():
-                extra += _K_TERMINATING + _PACK_U64(fid)
-            begin_packet((base_ps + start) // 1000, lane_uuid[(track, lane)] if lane else track_uuid[track], name or "", extra)
-            summary.slices += 1
+    for track, name, category, start, dur, event_args, out_ids, in_ids in _events(
+            _batches(con, sql, {"from_ps": start_ps, "to_ps": end_ps}), args):
+        while pending and pending[0][0] <= start:
+            end, _, t, lane = heapq.heappop(pending)
+            lanes[t][lane].pop()
+            end_packet((base_ps + end) // 1000, lane_uuid[(t, lane)] if lane else track_uuid[t])
+        end = start + dur
+        stacks = lanes.setdefault(track, [[]])
+        lane = next((k for k, stack in enumerate(stacks) if not stack or stack[-1] >= end), len(stacks))
+        if lane == len(stacks):
+            stacks.append([])
+        if lane and (track, lane) not in lane_uuid:
+            lane_uuid[(track, lane)] = uuid = next(next_uuid)
+            writer.descriptor(uuid, name=f"{track_name.get(track, track)} (overlap {lane})", parent=track_uuid.get(track))
+            summary.overlap_tracks += 1
+        stacks[lane].append(end)
+        heapq.heappush(pending, (end, -len(stacks[lane]), track, lane))
+        extra = b""
+        if category is not None:
+            encoded = category.encode("utf-8", "replace")
+            extra += _K_CATEGORY + _varint(len(encoded)) + encoded
+        for key, value in event_args:
+            extra += _annotation(key, value)
+        for fid in out_ids or ():
+            extra += _K_FLOW + _PACK_U64(fid)
+            summary.flows += 1
+        for fid in in_ids or ():
+            extra += _K_TERMINATING + _PACK_U64(fid)
+        begin_packet((base_ps + start) // 1000, lane_uuid[(track, lane)] if lane else track_uuid[track], name or "", extra)
+        summary.slices += 1
     while pending:
         end, _, t, lane = heapq.heappop(pending)
         end_packet((base_ps + end) // 1000, lane_uuid[(t, lane)] if lane else track_uuid[t])
