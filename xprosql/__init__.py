@@ -11,6 +11,8 @@ Example:
 from __future__ import annotations
 
 import importlib
+import sys
+import types
 from typing import TYPE_CHECKING, Any
 
 from xprosql._version import __version__
@@ -48,6 +50,16 @@ def __getattr__(name: str) -> Any:
 
 def __dir__() -> list[str]:
     return sorted(__all__)
+
+
+class _Package(types.ModuleType):
+    # xprosql.ingest is a function and a subpackage: importing the subpackage would set the attribute to it.
+    def __setattr__(self, name: str, value: Any) -> None:
+        if not (name == "ingest" and isinstance(value, types.ModuleType)):
+            super().__setattr__(name, value)
+
+
+sys.modules[__name__].__class__ = _Package
 
 
 __all__ = [
