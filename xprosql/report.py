@@ -39,6 +39,7 @@ from typing import TYPE_CHECKING, Any, TextIO
 
 import polars as pl
 
+from xprosql.engine.connection import query, snapshot_connection
 from xprosql.queries.bottlenecks import BOTTLENECK_CATEGORIES
 
 if TYPE_CHECKING:
@@ -563,14 +564,15 @@ class _Progress:
         self.stream.flush()
 
 
-def _quiet(call: Callable[[], Any]) -> pl.DataFrame:
+def _quiet(call: Callable[[], Any], name: str, failures: list[str]) -> pl.DataFrame:
     """An analysis' rows; its "no rows for these profiles" warnings are said per profile by the report instead."""
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         try:
             return call().pl()
-        except Exception as exc:  # an analysis that fails here leaves its part out, said in the summary
-            return pl.DataFrame({"_failed": [str(exc).splitlines()[0]]})
+        except Exception as exc:  # an analysis that fails leaves its part out, said in the summary
+            failures.append(f"{name} failed, so its part is left out: {str(exc).splitlines()[0]}")
+            return pl.DataFrame()
 
 
 def _rows_of(frame: pl.DataFrame, pid: str) -> pl.DataFrame:
@@ -584,9 +586,9 @@ def _needs(run: Run, module: str) -> str:
     return f"it needs {needs}" if needs else "the profile has no rows for it"
 
 
-def _fleet_rows(run: Run, wanted: list[str], info: pl.DataFrame, bottlenecks: pl.DataFrame) -> pl.DataFrame:
+def _fleet_rows(run: Run, wanted: list[str], info: pl.DataFrame, bottlenecks: pl.DataFrame, failures: list[str]) -> pl.DataFrame:
     """Every profile's headline numbers: its accelerator's profile_summary row (else the host's), its bottleneck."""
-    summary = _quiet(lambda: run.analysis("fleet.profile_summary", profiles=wanted))
+    summary = _quiet(lambda: run.analysis("fleet.profile_summary", profiles=wanted), "fleet.profile_summary", failures)
     names = info.select("profile_id", pl.col("source_path").str.extract(r"([^/]+)$").alias("name"),
                         pl.col("host").alias("info_host"), "job")
     if summary.is_empty() or "profile_id" not in summary.columns:
@@ -634,24 +636,37 @@ def _peak_contents(peaks: pl.DataFrame) -> pl.DataFrame:
         "allocator", "bytes", descending=[False, True])
 
 
-def _busiest_steps(run: Run, pid: str, steps: pl.DataFrame) -> tuple[pl.DataFrame, dict[int, tuple[str, int, int, Any]]]:
-    """Per device (up to four), its step with the most busy time, and that step's longest events."""
+Window = tuple[str, int, int, Any]  # device name, start ps, end ps, step
+
+
+def _busiest_steps(run: Run, steps: pl.DataFrame) -> tuple[pl.DataFrame, dict[str, dict[int, Window]]]:
+    """Per profile and device (up to four a profile), its step with the most busy time and that step's longest
+    events: one query over the profiles' files only."""
     if steps.is_empty():
         return pl.DataFrame(), {}
     best = (steps.filter(pl.col("busy_ps").is_not_null()).sort("busy_ps", descending=True)
-            .group_by("device_id", maintain_order=True).first().sort("device_id").head(_TIMELINE_DEVICES))
-    windows = {d: (name, s, e, step if step is not None else i) for d, name, s, e, step, i in
-               best.select("device_id", "device", "start_ps", "end_ps", "step", "step_index").iter_rows()}
+            .group_by("profile_id", "device_id", maintain_order=True).first().sort("profile_id", "device_id")
+            .group_by("profile_id", maintain_order=True).head(_TIMELINE_DEVICES))
+    windows: dict[str, dict[int, Window]] = {}
+    for pid, d, name, start, end, step, index in best.select(
+            "profile_id", "device_id", "device", "start_ps", "end_ps", "step", "step_index").iter_rows():
+        windows.setdefault(pid, {})[d] = (name, start, end, step if step is not None else index)
     if not windows:
         return pl.DataFrame(), {}
-    clauses = " OR ".join(f"(e.device_id = {int(d)} AND e.start_ps < {int(end)} AND e.start_ps + e.dur_ps > {int(start)})"
-                          for d, (_, start, end, _) in windows.items())
-    events = run.sql(f"""
-        SELECT e.device_id, t.name AS track, e.name, e.start_ps, e.dur_ps
-        FROM events e JOIN tracks t USING (profile_id, device_id, track_id)
-        WHERE e.profile_id = $p AND e.dur_ps > 0 AND ({clauses})
-        QUALIFY row_number() OVER (PARTITION BY e.device_id ORDER BY e.dur_ps DESC) <= {_TIMELINE_EVENTS}
-        ORDER BY e.device_id, t.name, e.start_ps""", {"p": pid}).pl()
+    wanted = best.select("profile_id", "device_id", "start_ps", "end_ps").to_arrow()
+    con = snapshot_connection(run.engine.restricted(list(windows)), arrow={"_windows": wanted})
+    try:
+        events = pl.from_arrow(query(con, f"""
+            SELECT e.profile_id, e.device_id, t.name AS track, e.name, e.start_ps, e.dur_ps
+            FROM events e JOIN _windows w ON e.profile_id = w.profile_id AND e.device_id = w.device_id
+                 AND e.start_ps < w.end_ps AND e.start_ps + e.dur_ps > w.start_ps
+            JOIN tracks t ON t.profile_id = e.profile_id AND t.device_id = e.device_id AND t.track_id = e.track_id
+            WHERE e.dur_ps > 0
+            QUALIFY row_number() OVER (PARTITION BY e.profile_id, e.device_id ORDER BY e.dur_ps DESC) <= {_TIMELINE_EVENTS}
+            ORDER BY e.profile_id, e.device_id, t.name, e.start_ps""").to_arrow_table())
+    finally:
+        con.close()
+    assert isinstance(events, pl.DataFrame)
     return events, windows
 
 
@@ -681,19 +696,21 @@ def build_report(
     show = sys.stderr.isatty() if progress is None else progress
     info = run.sql("SELECT profile_id, source_path, format, host, tags['job'] AS job, duration_ps, n_events FROM profiles "
                    "WHERE list_contains($ids, profile_id)", {"ids": wanted}).pl()
-    bottleneck_rows = _quiet(lambda: run.bottlenecks(profiles=wanted)) if wanted else pl.DataFrame()
-    fleet = _fleet_rows(run, wanted, info, bottleneck_rows) if wanted else pl.DataFrame()
+    notes: list[str] = []
+    bottleneck_rows = _quiet(lambda: run.bottlenecks(profiles=wanted), "bottlenecks", notes) if wanted else pl.DataFrame()
+    fleet = _fleet_rows(run, wanted, info, bottleneck_rows, notes) if wanted else pl.DataFrame()
     chosen = wanted if len(wanted) <= sections else _worst(fleet, sections)
     order = {pid: i for i, pid in enumerate(fleet["profile_id"].to_list())} if not fleet.is_empty() else {}
     chosen = sorted(chosen, key=lambda pid: order.get(pid, 0)) if len(wanted) <= sections else chosen
     bar = _Progress(len(chosen) + 1, stream=sys.stderr if show else None, label="report")
     bar.step(0, "analyses")
-    notes = [f"{name} failed: {frame['_failed'][0]}" for name, frame in (("bottlenecks", bottleneck_rows),)
-             if "_failed" in frame.columns]
-    summaries = _quiet(lambda: run.async_summary(profiles=chosen)) if chosen else pl.DataFrame()
-    roofline = _quiet(lambda: run.roofline(profiles=chosen)) if chosen else pl.DataFrame()
-    timeline = _quiet(lambda: run.memory_timeline(profiles=chosen, buckets=400)) if chosen and charts else pl.DataFrame()
-    peaks = _quiet(lambda: run.memory_peaks(profiles=chosen, top=8)) if chosen else pl.DataFrame()
+    summaries = _quiet(lambda: run.async_summary(profiles=chosen), "async_summary", notes) if chosen else pl.DataFrame()
+    roofline = _quiet(lambda: run.roofline(profiles=chosen), "roofline", notes) if chosen else pl.DataFrame()
+    timeline = _quiet(lambda: run.memory_timeline(profiles=chosen, buckets=400), "memory_timeline", notes) if chosen and charts else pl.DataFrame()
+    peaks = _quiet(lambda: run.memory_peaks(profiles=chosen, top=8), "memory_peaks", notes) if chosen else pl.DataFrame()
+    sectioned = bottleneck_rows.filter((pl.col("scope") == "step") & pl.col("profile_id").is_in(chosen)) if (
+        charts and not bottleneck_rows.is_empty() and "scope" in bottleneck_rows.columns) else pl.DataFrame()
+    events, busiest = _busiest_steps(run, sectioned)
     bar.step(1, "charts")
     built: list[ProfileReport] = []
     for i, pid in enumerate(chosen, start=2):
@@ -715,22 +732,23 @@ def build_report(
         if profile.summary is None:
             profile.notes.append(f"No bottleneck breakdown or step chart: {_needs(run, 'steps.bottlenecks')}.")
         if charts:
-            _figures(run, profile, step_rows, ops, _rows_of(timeline, pid), max_steps=max_steps)
+            _figures(run, profile, step_rows, ops, _rows_of(timeline, pid), events, busiest, max_steps=max_steps)
         built.append(profile)
         bar.step(i, pid)
     return Report(title=title or f"xprosql report: {run.path}", profiles=built, fleet=fleet, notes=notes)
 
 
-def _figures(run: Run, p: ProfileReport, steps: pl.DataFrame, ops: pl.DataFrame, timeline: pl.DataFrame, *,
-             max_steps: int) -> None:
+def _figures(run: Run, p: ProfileReport, steps: pl.DataFrame, ops: pl.DataFrame, timeline: pl.DataFrame,
+             events: pl.DataFrame, busiest: dict[str, dict[int, Window]], *, max_steps: int) -> None:
     pid = p.profile_id
     if not steps.is_empty():
         p.charts["steps"] = _step_figure(steps, max_steps)
         if steps.height > max_steps:
             p.notes.append(f"The step chart shows the first {max_steps} of {steps.height} device-steps; the table has more.")
-        events, windows = _busiest_steps(run, pid, steps)
-        if not events.is_empty():
-            p.charts["timeline"] = _timeline_figure(events, windows)
+        if busiest.get(pid):
+            p.charts["timeline"] = _timeline_figure(events.filter(pl.col("profile_id") == pid), busiest[pid])
+        else:
+            p.notes.append("No busiest-step timeline: no step of this profile has events with a duration.")
     drawable = ops.filter(pl.col("flops").fill_null(0) > 0) if not ops.is_empty() else ops
     drawable = drawable.filter(pl.col("operational_intensity").is_not_null() & pl.col("flop_rate").is_not_null()
                                & (pl.col("flop_rate") > 0)) if not drawable.is_empty() else drawable
