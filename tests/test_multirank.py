@@ -237,3 +237,27 @@ def test_a_job_tag_makes_a_job_of_files_in_any_folders(tmp_path: Path) -> None:
     assert sorted(xprosql.load(tmp_path / "untagged").jobs().pl()["profiles"]) == [1, 1]
     job = xprosql.load(tmp_path / "tagged").jobs().pl().row(0, named=True)
     assert (job["job"], job["job_source"], job["ranks"]) == ("tag:pair", "tag", [0, 1])
+
+
+def test_hta_metric_against_hta(jobs_warehouse: dict, tmp_path: Path) -> None:
+    """Differential: HTA's own get_potential_stragglers on the two real ranks names the rank ours puts first, and
+    its normalized start times are ours within 5% (HTA normalizes by its steps less the last one; so do we not)."""
+    hta = pytest.importorskip("hta.trace_analysis")
+    import pandas as pd
+    from hta.analyzers.straggler import _compute_normalized_start_time_of_significant_comm_kernels
+
+    for source in SAMPLED:
+        (tmp_path / source.name).write_bytes(source.read_bytes())
+    analysis = hta.TraceAnalysis(trace_dir=str(tmp_path))
+    flagged = analysis.get_potential_stragglers(num_candidates=1)
+    traces = analysis.t.get_all_traces()
+    frame = pd.concat([analysis.t.get_trace(r) for r in traces], keys=list(traces), names=["rank", "idx"]).reset_index()
+    metric, column = _compute_normalized_start_time_of_significant_comm_kernels(frame, analysis.t.symbol_table)
+    ours = _rows(jobs_warehouse["run"].stragglers(), jobs_warehouse["jobs"]["sampled"])
+    steps = sorted(metric["iteration"].unique())
+    assert steps == [551]  # HTA leaves the last step out
+    for step in steps:
+        mine = ours.filter(pl.col("step") == step)
+        assert mine.filter(pl.col("hta_position") == 1)["rank"].to_list() == flagged
+        for rank, value in zip(metric["rank"], metric[column]):
+            assert mine.filter(pl.col("rank") == rank)["hta_normalized_start"].item() == pytest.approx(value, rel=0.05)

@@ -32,6 +32,7 @@
 --   member  VARCHAR  jobs._members.member
 --   rank  BIGINT  jobs._members.rank
 --   event_id  BIGINT  events.event_id of the call; NULL on the row of a member without calls
+--   stream_id  BIGINT  the GPU stream of a kernel; NULL for other sources
 --   source  VARCHAR  jobs._collective_calls.source
 --   kind  VARCHAR  collective kind
 --   name  VARCHAR  event name (XLA: the HLO op)
@@ -58,7 +59,7 @@ calls AS (
 ),
 keyed AS (
     SELECT m.job_id, m.profile_id, m.member, m.rank, m.host, m.members, m.wall_offset_ps,
-        c.event_id, c.source, c.kind, c.name, c.process_group, c.seq,
+        c.event_id, c.stream_id, c.source, c.kind, c.name, c.process_group, c.seq,
         coalesce(c.group_size, m.world_size) AS group_size, c.bytes, c.step, c.start_ps, c.end_ps,
         CASE WHEN c.source = 'xla_op' THEN c.name
              WHEN c.kind IN ('all_reduce', 'broadcast', 'reduce', 'all_gather', 'reduce_scatter')
@@ -105,7 +106,7 @@ offsets AS (
     LEFT JOIN end_gaps AS g USING (job_id, profile_id)
 )
 SELECT
-    o.job_id, o.profile_id, m.member, m.rank, c.event_id, c.source, c.kind, c.name, c.process_group, c.seq,
+    o.job_id, o.profile_id, m.member, m.rank, c.event_id, c.stream_id, c.source, c.kind, c.name, c.process_group, c.seq,
     c.group_size, c.bytes, c.step, c.instance,
     c.instance_members > 1 AS matched,
     CASE WHEN c.instance_members > 1 OR c.event_id IS NULL THEN NULL

@@ -27,6 +27,7 @@
 --   profile_id  VARCHAR  profile (profiles.profile_id)
 --   event_id  BIGINT  events.event_id of the call
 --   device_id  INTEGER  devices.device_id it ran on
+--   stream_id  BIGINT  the GPU stream of a kernel (kernels.stream_id); NULL for other sources
 --   source  VARCHAR  gpu_kernel, host_annotation or xla_op (see above)
 --   kind  VARCHAR  all_reduce, all_gather, reduce_scatter, all_to_all, broadcast, reduce, send_recv, collective_permute, ...
 --   name  VARCHAR  the event's name, or for an XLA op its HLO op
@@ -48,7 +49,7 @@ step_windows AS (
     FROM profile_steps WHERE step IS NOT NULL GROUP BY ALL
 ),
 kernel_calls AS (
-    SELECT k.profile_id, k.event_id, k.device_id, k.start_ps, k.start_ps + k.dur_ps AS end_ps, e.name,
+    SELECT k.profile_id, k.event_id, k.device_id, k.stream_id, k.start_ps, k.start_ps + k.dur_ps AS end_ps, e.name,
         xprosql_collective(e.name, e.category) AS kernel_kind, k.correlation_id
     FROM kernels AS k JOIN events AS e USING (profile_id, event_id)
     WHERE xprosql_collective(e.name, e.category) IS NOT NULL AND k.start_ps IS NOT NULL
@@ -109,7 +110,7 @@ kernel_annotations AS (
     GROUP BY ALL
 ),
 gpu_calls AS (
-    SELECT k.profile_id, k.event_id, k.device_id, 'gpu_kernel' AS source,
+    SELECT k.profile_id, k.event_id, k.device_id, k.stream_id, 'gpu_kernel' AS source,
         coalesce(nullif(xprosql_collective('nccl:' || ka.collective_name, NULL), 'other'), ko.op_kind, an.kind,
                  k.kernel_kind) AS kind,
         k.name, coalesce(ka.process_group, '0') AS process_group, ka.seq, ka.group_size,
@@ -126,7 +127,7 @@ gpu_calls AS (
     LEFT JOIN launches AS l USING (profile_id, event_id)
 ),
 host_calls AS (
-    SELECT an.profile_id, an.event_id, an.device_id, 'host_annotation', an.kind, an.name, '0', CAST(NULL AS BIGINT),
+    SELECT an.profile_id, an.event_id, an.device_id, CAST(NULL AS BIGINT), 'host_annotation', an.kind, an.name, '0', CAST(NULL AS BIGINT),
         CAST(NULL AS BIGINT),
         TRY_CAST(list_reduce(CAST(json_extract(an.input_dims, '$[0]') AS BIGINT[]), lambda a, b: a * b) AS BIGINT),
         CAST(NULL AS BIGINT), json_extract_string(an.input_type, '$[0]'), an.start_ps, an.start_ps, an.end_ps
@@ -142,7 +143,7 @@ xla_candidates AS (
     WHERE e.hlo_op IS NOT NULL AND e.start_ps IS NOT NULL AND NOT e.hlo_op LIKE '%-done%'
 ),
 xla_calls AS (
-    SELECT x.profile_id, x.event_id, x.device_id, 'xla_op', x.kind, x.hlo_op, coalesce(x.hlo_module, '0'),
+    SELECT x.profile_id, x.event_id, x.device_id, CAST(NULL AS BIGINT), 'xla_op', x.kind, x.hlo_op, coalesce(x.hlo_module, '0'),
         CAST(NULL AS BIGINT), CAST(NULL AS BIGINT), CAST(NULL AS BIGINT), CAST(NULL AS BIGINT), CAST(NULL AS VARCHAR),
         x.start_ps, x.start_ps, x.end_ps
     FROM xla_candidates AS x
@@ -170,7 +171,7 @@ sized AS (
     FROM calls AS c
 )
 SELECT
-    s.profile_id, s.event_id, s.device_id, s.source, s.kind, s.name, s.process_group, s.seq, s.group_size,
+    s.profile_id, s.event_id, s.device_id, s.stream_id, s.source, s.kind, s.name, s.process_group, s.seq, s.group_size,
     s.in_elements, s.dtype_bytes,
     CAST(CASE WHEN s.kind = 'all_gather' THEN coalesce(s.out_elements, s.in_elements * s.group_size)
               ELSE s.in_elements END * s.dtype_bytes AS BIGINT) AS bytes,

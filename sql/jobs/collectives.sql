@@ -39,6 +39,7 @@
 --   member  VARCHAR  rank N, or the host file's name
 --   rank  BIGINT  distributed rank, else position by name
 --   event_id  BIGINT  events.event_id of the call
+--   stream_id  BIGINT  the GPU stream of a kernel; NULL for other sources
 --   source  VARCHAR  gpu_kernel, host_annotation or xla_op
 --   name  VARCHAR  event name (XLA: the HLO op)
 --   bytes  BIGINT  the message NCCL's tests count, bytes
@@ -78,7 +79,7 @@ across AS (
     WINDOW w AS (PARTITION BY job_id, instance)
 )
 SELECT
-    job_id, instance, kind, process_group, seq, step, profile_id, member, rank, event_id, source, name, bytes,
+    job_id, instance, kind, process_group, seq, step, profile_id, member, rank, event_id, stream_id, source, name, bytes,
     group_size, offset_ps,
     job_start_ps AS start_ps, job_end_ps AS end_ps, job_end_ps - job_start_ps AS dur_ps,
     matched, unmatched_reason,

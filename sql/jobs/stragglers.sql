@@ -13,12 +13,14 @@
 -- host a few percent of a step), and 10% is the share XProf's overview takes as worth reporting for
 -- idle time; below it a straggler costs less than the step-to-step noise of a job's step time.
 --
--- Second view, HTA's get_potential_stragglers metric (find_stragglers_with_late_start_comm_kernels):
--- per rank and step, the start of its last long communication call (at least 1% of the mean step
--- time), less the job's first step start, over the mean step time (the job's span of steps over their
--- count); hta_position ranks the step's ranks by it (1: latest; HTA flags its top 2 per step). HTA
--- first picks one (stream, kernel name) pair, the one whose duration varies most across ranks; here
--- every collective call counts, on any stream, on the job clock rather than each rank's own.
+-- Second view, HTA's get_potential_stragglers metric (find_stragglers_with_late_start_comm_kernels),
+-- per job: the communication calls (matched or not: HTA matches none) at least 1% of the mean step time long (the mean step: the job's
+-- span of steps over their count); of each rank, stream, step and kernel name the last; the (stream,
+-- name) pair whose duration, over the mean step, varies most across ranks (sample standard deviation
+-- per step, averaged over steps); for it, each rank's start less the job's first step start, over the
+-- mean step. hta_position ranks a step's ranks by it (1: latest; HTA flags its top 2 per step). The
+-- stream is the GPU stream of a kernel; calls of other sources (a gloo worker's annotation, an XLA op)
+-- count as one stream per source. Times are on the job clock rather than each rank's own.
 --
 -- Third view, Nsight Systems' kernel pace: pace_ps, the time from the rank's arrival at the first
 -- collective of the previous step to its arrival at that of this step (the cadence of one kernel
@@ -45,7 +47,7 @@
 --   cost_share  DOUBLE  delay_imposed_ps / job_step_ps, 0..1
 --   position  BIGINT  1 for the rank that imposed the most in the step, 2 the next, ...
 --   straggler  BOOLEAN  delay_imposed_ps >= $min_cost_share x job_step_ps, and above 0
---   hta_normalized_start  DOUBLE  HTA's metric: start of its last long collective call less the job's first step start, over the mean step time
+--   hta_normalized_start  DOUBLE  HTA's metric: start of its last long call of HTA's (stream, name) pair less the job's first step start, over the mean step time
 --   hta_position  BIGINT  ranks of the step by hta_normalized_start, 1 the latest
 --   pace_ps  BIGINT  arrival at the step's first collective less that of the previous step, ps
 --   pace_excess_ps  BIGINT  pace_ps less the median pace of the step's ranks, ps
@@ -83,11 +85,26 @@ per_rank AS (
         min(start_ps) AS first_arrival_ps
     FROM matched GROUP BY ALL
 ),
+-- HTA: the last long call of each rank, stream, step and name; the (stream, name) pair that varies most.
+hta_calls AS (
+    SELECT c.job_id, c.step, c.profile_id, coalesce('stream ' || CAST(c.stream_id AS VARCHAR), c.source) AS stream,
+        c.name, arg_max(c.start_ps, c.start_ps) AS start_ps, arg_max(c.dur_ps, c.start_ps) / j.mean_step_ps AS duration
+    FROM collectives AS c JOIN job_span AS j USING (job_id)
+    WHERE c.dur_ps >= 0.01 * j.mean_step_ps AND c.step IS NOT NULL
+    GROUP BY c.job_id, c.step, c.profile_id, stream, c.name, j.mean_step_ps
+),
+hta_pair AS (
+    SELECT job_id, arg_max((stream, name), (spread, stream, name)) AS pair
+    FROM (
+        SELECT job_id, stream, name, avg(step_spread) AS spread
+        FROM (SELECT job_id, stream, name, step, stddev_samp(duration) AS step_spread FROM hta_calls GROUP BY ALL)
+        GROUP BY ALL HAVING avg(step_spread) IS NOT NULL
+    )
+    GROUP BY job_id
+),
 hta AS (
-    SELECT c.job_id, c.step, c.profile_id, max(c.start_ps) AS last_long_start_ps
-    FROM matched AS c JOIN job_span AS j USING (job_id)
-    WHERE c.dur_ps >= 0.01 * j.mean_step_ps
-    GROUP BY ALL
+    SELECT c.job_id, c.step, c.profile_id, c.start_ps AS last_long_start_ps
+    FROM hta_calls AS c JOIN hta_pair AS p ON p.job_id = c.job_id AND p.pair = (c.stream, c.name)
 ),
 joined AS (
     SELECT r.job_id, r.step, r.profile_id, r.member, r.rank, r.step_ps,
