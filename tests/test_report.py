@@ -121,6 +121,16 @@ def test_fleet_summary_sections_the_worst(run: xprosql.Run, tmp_path: Path) -> N
     assert linked == {p.profile_id for p in report.profiles}  # links only where a section is
 
 
+def test_a_failing_analysis_is_named(run: xprosql.Run, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """Not a real failure (none of the samples makes one): the roofline replaced by one that raises."""
+    def broken(**_: object) -> None:
+        raise xprosql.QueryError("query: no peaks table")
+    monkeypatch.setattr(run, "roofline", broken)
+    report = build_report(run, profiles=[ids(run)[TPU_SAMPLE.name]], progress=False)
+    assert report.notes == ["roofline failed, so its part is left out: query: no peaks table"]
+    assert "roofline failed" in report.write(tmp_path / "r.html").read_text()
+
+
 def test_cli_report(run: xprosql.Run, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     tpu = ids(run)[TPU_SAMPLE.name]
     assert main(["report", str(run.path), "--profile", tpu]) == 0
