@@ -180,11 +180,12 @@ def test_real_ranks_collectives_matched_and_unmatched_counted(jobs_warehouse: di
     assert per_instance.height == (rows.height - unmatched.height) // 2
 
 
-def _offsets(tmp: Path, rank0: Path, rank1: Path) -> pl.DataFrame:
+def _offsets(tmp: Path, rank0: Path, rank1: Path, **options: int) -> pl.DataFrame:
     root = tmp / "run"
-    report = xprosql.ingest([rank0, rank1], into=root, compact=False)
-    assert report.ok, str(report)
-    return xprosql.load(root).clock_offsets().pl().sort("rank")
+    if not root.exists():
+        report = xprosql.ingest([rank0, rank1], into=root, compact=False)
+        assert report.ok, str(report)
+    return xprosql.load(root).clock_offsets(**options).pl().sort("rank")
 
 
 @pytest.mark.parametrize("shift_us", [12345.678, -250000.0])
@@ -203,6 +204,11 @@ def test_offsets_recover_a_known_shift(tmp_path: Path, shift_us: float) -> None:
     assert shifted["wall_offset_ps"][1] - original["wall_offset_ps"][1] == pytest.approx(shift_us * 1e6, abs=1e6)
     assert abs(shifted["offset_ps"][1] - original["offset_ps"][1]) <= 1_000_000
     assert shifted["offset_instances"][1] >= 3
+    # Asking for more matched instances than there are leaves the wall clocks: then the shift stays.
+    wall = _offsets(tmp_path / "shifted", rank0, folder / SAMPLED[1].name, min_matched=100)
+    assert wall["offset_source"].to_list() == ["reference", "wall_clock"]
+    assert wall["offset_ps"][1] - original["offset_ps"][1] == pytest.approx(
+        shift_us * 1e6 - original["correction_ps"][1], abs=1e6)
 
 
 def test_same_host_ranks_keep_the_host_clock(jobs_warehouse: dict) -> None:
