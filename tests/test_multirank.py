@@ -267,3 +267,18 @@ def test_hta_metric_against_hta(jobs_warehouse: dict, tmp_path: Path) -> None:
         assert mine.filter(pl.col("hta_position") == 1)["rank"].to_list() == flagged
         for rank, value in zip(metric["rank"], metric[column]):
             assert mine.filter(pl.col("rank") == rank)["hta_normalized_start"].item() == pytest.approx(value, rel=0.05)
+
+
+def test_packed_profiles_give_the_same_rows(jobs_warehouse: dict, tmp_path: Path) -> None:
+    """After compaction the steps come from the stored rows (stored_steps): the job analyses do not change."""
+    import shutil
+
+    copy = tmp_path / "run"
+    shutil.copytree(jobs_warehouse["root"], copy)
+    assert xprosql.compact(copy, min_profiles=2) is not None
+    packed = xprosql.load(copy)
+    assert packed.sql("SELECT count(*) FROM stored_steps").rows()[0][0] > 0
+    for name in ("stragglers", "what_if"):
+        before = getattr(jobs_warehouse["run"], name)().pl()
+        after = getattr(packed, name)().pl()
+        assert after.equals(before), name
