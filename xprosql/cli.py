@@ -532,7 +532,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--out", help="write an interactive HTML report here (charts need plotly: xprosql[plot]); without it, a terminal summary")
     p.add_argument("--profile", action="append", default=[], metavar="ID", help="only this profile (repeatable)")
     p.add_argument("--top", type=int, default=10, help="top ops listed per profile")
-    p.add_argument("--sections", type=int, default=20, help="at most this many profile sections (the worst); every profile stays in the summary")
+    p.add_argument("--sections", type=int, default=12, help="at most this many profile sections (the worst); every profile stays in the summary")
     p.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None,
                    help="progress bar on stderr (default: when stderr is a terminal)")
     p.set_defaults(func=_cmd_report)

@@ -679,7 +679,7 @@ def build_report(
     charts: bool = True,
     progress: bool | None = None,
     title: str | None = None,
-    sections: int = 20,
+    sections: int = 12,
 ) -> Report:
     """Build the report for ``profiles`` (default: all) of ``run``.
 
