@@ -14,18 +14,19 @@
 --   op  VARCHAR  XSpace tf_op, Kineto the innermost cpu_op around the allocation
 --   top_op  VARCHAR  Kineto: the outermost cpu_op around it; NULL for XSpace
 WITH _allocated AS (
-    SELECT a.profile_id, a.event_id, e.track_id, e.start_ps, m.op
+    SELECT a.profile_id, a.event_id, e.track_id, e.start_ps, m.op, e.name = '[memory]' AS nests
     FROM allocations AS a
     JOIN memory_events AS m USING (profile_id, event_id)
     JOIN events AS e USING (profile_id, event_id)
 ),
+-- Only Kineto [memory] events sit inside ops on their thread.
 nesting_events AS (
     SELECT e.profile_id, e.track_id, e.event_id, e.start_ps, e.dur_ps
     FROM events AS e
     WHERE e.category = 'cpu_op' AND e.start_ps IS NOT NULL
-      AND (e.profile_id, e.track_id) IN (SELECT profile_id, track_id FROM _allocated WHERE op IS NULL)
+      AND (e.profile_id, e.track_id) IN (SELECT profile_id, track_id FROM _allocated WHERE op IS NULL AND nests)
     UNION ALL
-    SELECT profile_id, track_id, event_id, start_ps, 0 FROM _allocated WHERE op IS NULL
+    SELECT profile_id, track_id, event_id, start_ps, 0 FROM _allocated WHERE op IS NULL AND nests
 ),
 _nested AS MATERIALIZED (
 -- @include ops._nesting

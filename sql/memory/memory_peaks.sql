@@ -59,7 +59,7 @@ step_windows AS (
       AND (SELECT by_step FROM params)
 ),
 -- Each event with its step (with $by_step) and, for allocations, when the block is freed.
-placed AS (
+placed AS MATERIALIZED (
     SELECT m.*,
         CASE WHEN m.start_ps < w.end_ps THEN w.step_index END AS step_index,
         CASE WHEN m.start_ps < w.end_ps THEN w.step END AS step,
@@ -70,16 +70,21 @@ placed AS (
     ASOF LEFT JOIN step_windows AS w ON w.profile_id = m.profile_id AND w.start_ps <= m.start_ps
     WINDOW block AS (PARTITION BY m.profile_id, m.device_id, m.allocator, m.address ORDER BY m.start_ps, m.event_id)
 ),
+-- The XSpace allocator events' lines (a filtered scan first: joined before the filter, events is scanned whole).
+allocator_events AS MATERIALIZED (
+    SELECT profile_id, event_id, track_id
+    FROM events
+    WHERE name IN ('MemoryAllocation', 'MemoryDeallocation') AND NOT (SELECT by_step FROM params)
+),
 xprof_order AS (
     -- XProf's walk: lines in file order, events in line order; its peak counts reserved (stack) and in use (heap).
     SELECT m.profile_id, m.device_id, m.allocator,
         arg_max(m.start_ps - (t.timestamp_ns - p.start_ns) * 1000, (coalesce(m.reserved_bytes, 0) + m.in_use_bytes, m.event_id))
             AS xprof_peak_offset_ps
     FROM memory_events AS m
-    JOIN events AS e USING (profile_id, event_id)
+    JOIN allocator_events AS e USING (profile_id, event_id)
     JOIN tracks AS t USING (profile_id, track_id)
     JOIN profiles AS p USING (profile_id)
-    WHERE e.name IN ('MemoryAllocation', 'MemoryDeallocation') AND NOT (SELECT by_step FROM params)
     GROUP BY ALL
 ),
 ranked AS (
