@@ -101,6 +101,10 @@ def test_every_profile_has_its_charts_or_says_why(report: Report, run: xprosql.R
     for allocator, peak in peaks.select("allocator", "peak_in_use_bytes").iter_rows():
         held = contents.filter(contents["allocator"] == allocator)["bytes"].sum()
         assert 0 < held <= peak, allocator  # the top blocks alive at the peak, never more than the peak
+    for p in report.profiles:  # memory in a unit that fits it: the highest value between 1 and 1000 of that unit
+        if "memory" in p.charts:
+            values = [v for trace in p.charts["memory"]["data"] for v in trace["y"] if v is not None]
+            assert 1 <= max(values) < 1000 and p.charts["memory"]["layout"]["yaxis"]["title"]["text"] in ("GB", "MB", "kB", "B")
     # the step chart puts each step's time on a log axis when one step dwarfs the others (the V100 sample: a
     # 2.6 s whole-profile step beside short ones), the categories as shares below it
     layout = v100.charts["steps"]["layout"]

@@ -447,6 +447,8 @@ def _async_figure(rows: pl.DataFrame) -> dict[str, Any]:
 
 
 def _memory_figure(timeline: pl.DataFrame, peaks: pl.DataFrame) -> dict[str, Any]:
+    highest = max((v or 0) for column in ("in_use_bytes", "reserved_bytes") for v in timeline[column].to_list())
+    unit, scale = next(((u, f) for u, f in (("GB", 1e9), ("MB", 1e6), ("kB", 1e3)) if highest >= f), ("B", 1.0))
     data: list[dict[str, Any]] = []
     for (allocator,), rows in timeline.sort("start_ps").group_by(["allocator"], maintain_order=True):
         for column, dash in (("in_use_bytes", "solid"), ("reserved_bytes", "dot")):
@@ -454,16 +456,17 @@ def _memory_figure(timeline: pl.DataFrame, peaks: pl.DataFrame) -> dict[str, Any
             if not any(values):  # an allocator that records no reserved bytes: no flat line at 0
                 continue
             data.append({"type": "scatter", "mode": "lines", "name": f"{allocator} {column.removesuffix('_bytes').replace('_', ' ')}",
-                         "x": [s / 1e9 for s in rows["start_ps"].to_list()], "y": [None if v is None else v / 1e9 for v in values],
+                         "x": [s / 1e9 for s in rows["start_ps"].to_list()], "y": [None if v is None else v / scale for v in values],
                          "line": {"dash": dash, "shape": "hv"},
-                         "hovertemplate": f"{allocator}<br>%{{x:.4g}} ms: %{{y:.4g}} GB {column.split('_')[0]}<extra></extra>"})
+                         "hovertemplate": f"{allocator}<br>%{{x:.4g}} ms: %{{y:.4g}} {unit} {column.split('_')[0]}<extra></extra>"})
     if not peaks.is_empty():
         data.append({"type": "scatter", "mode": "markers", "name": "peak", "marker": {"symbol": "star", "size": 12, "color": "#d62728"},
-                     "x": [p / 1e9 for p in peaks["peak_ps"].to_list()], "y": [b / 1e9 for b in peaks["peak_in_use_bytes"].to_list()],
-                     "text": peaks["allocator"].to_list(), "hovertemplate": "%{text} peak: %{y:.4g} GB at %{x:.4g} ms<extra></extra>"})
+                     "x": [p / 1e9 for p in peaks["peak_ps"].to_list()], "y": [b / scale for b in peaks["peak_in_use_bytes"].to_list()],
+                     "text": peaks["allocator"].to_list(), "customdata": [_seconds(p) for p in peaks["peak_ps"].to_list()],
+                     "hovertemplate": "%{text} peak: %{y:.4g} " + unit + " at %{customdata}<extra></extra>"})
     return {"data": data, "layout": _layout("Memory in use (solid) and reserved (dotted) per allocator", height=360,
                                             xaxis={"title": {"text": "ms from the profile's start"}},
-                                            yaxis={"title": {"text": "GB"}})}
+                                            yaxis={"title": {"text": unit}})}
 
 
 # -- one profile's section ----------------------------------------------------------------------------------
