@@ -35,10 +35,14 @@ def run(command: list[str], *, tree: Path | None, repeat: int, fresh: Path | Non
         env["PYTHONPATH"] = str(tree)
     best: tuple[float, float, float] | None = None
     for _ in range(repeat):
-        if fresh is not None:
-            shutil.rmtree(fresh, ignore_errors=True)
+        if fresh is not None and fresh.is_dir():
+            shutil.rmtree(fresh)
+        elif fresh is not None:
+            fresh.unlink(missing_ok=True)
         start = time.perf_counter()
-        process = subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        # From elsewhere: `python -c` puts the working directory first on the path, before PYTHONPATH.
+        process = subprocess.Popen(command, env=env, cwd=tempfile.gettempdir(), stdout=subprocess.DEVNULL,
+                                   stderr=subprocess.DEVNULL)
         _, status, usage = os.wait4(process.pid, 0)
         wall = time.perf_counter() - start
         if os.waitstatus_to_exitcode(status) != 0:
@@ -85,7 +89,8 @@ def main() -> None:
                     copy = Path(scratch) / sample.name
                     shutil.copy(sample, copy)
                     cells.append("{:.2f} s, {:.2f} s, {:.0f} MB".format(*run(
-                        [py, "-c", _XPROF, str(copy), str(out)], tree=None, repeat=args.repeat, fresh=out)))
+                        [py, "-c", _XPROF, str(copy), str(out) + ".parquet"], tree=None, repeat=args.repeat,
+                        fresh=Path(str(out) + ".parquet"))))
                 else:
                     cells.append("—")
             print(f"| {label} | " + " | ".join(cells) + " |", flush=True)
