@@ -4,6 +4,7 @@ Example:
     $ xprosql ingest logs/ --into run/
     $ xprosql ingest fleet/ --into run/ --jobs 8 --tag team=nlp
     $ xprosql compact run/
+    $ xprosql upgrade old_run/
     $ xprosql sql run/ "SELECT name, sum(dur_ps) FROM events GROUP BY 1 ORDER BY 2 DESC LIMIT 10"
     $ xprosql tables run/
     $ xprosql demo
@@ -168,7 +169,7 @@ def _cmd_ingest(args: argparse.Namespace) -> int:
     for path, reason in report.failed:  # at the end, after the progress bar: the list to act on
         print(f"error: {path}: {_one_line(reason)}", file=sys.stderr)
     print(f"{len(report.ingested)} ingested, {len(report.skipped)} already present, {len(report.failed)} failed")
-    if report.compaction is not None and report.compaction.packs_written:
+    if report.compaction is not None and report.compaction.files_written:
         print(f"compacted: {report.compaction}")
     if interrupted:
         print(f"interrupted: {len(report.not_done)} files not done; run the same command again to resume", file=sys.stderr)
@@ -183,6 +184,13 @@ def _cmd_compact(args: argparse.Namespace) -> int:
     from xprosql.engine import compact
 
     print(compact(args.dir))
+    return 0
+
+
+def _cmd_upgrade(args: argparse.Namespace) -> int:
+    from xprosql.upgrade import upgrade
+
+    print(upgrade(args.dir))
     return 0
 
 
@@ -443,9 +451,14 @@ def _parser() -> argparse.ArgumentParser:
                    help="store credentials as the files hold them (default: replaced by <redacted> and counted)")
     p.set_defaults(func=_cmd_ingest)
 
-    p = commands.add_parser("compact", help="merge small profiles' files into packs (readers keep working)")
+    p = commands.add_parser("compact", help="Delta optimize (small files packed, ordered by profile) and vacuum; "
+                                            "readers keep working")
     p.add_argument("dir", help="warehouse directory")
     p.set_defaults(func=_cmd_compact)
+
+    p = commands.add_parser("upgrade", help="convert a warehouse of an older xprosql (hive partitions) to Delta tables")
+    p.add_argument("dir", help="warehouse directory")
+    p.set_defaults(func=_cmd_upgrade)
 
     p = commands.add_parser("analyses", help="list the analyses, or one's parameters and columns")
     p.add_argument("name", nargs="?", help="an analysis (e.g. roofline or ops.roofline)")
