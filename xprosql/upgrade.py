@@ -6,8 +6,8 @@ name), compaction's packs ``<table>/_packs/<pack>.parquet`` (``profile_id`` a co
 listed it; partitions of other profiles were leftovers of killed ingests, and are dropped.
 
 The conversion moves the old folders aside (``_xprosql/upgrade-old/``: one rename per table), writes each
-per-profile file again with ``profile_id`` as a column, moves each pack file as it is (it has the column), and
-commits every table once, ``profiles`` last, pinning the others (:mod:`xprosql.warehouse`). The packs' stored
+file again as the data files are written now (``profile_id`` a column, unsigned integers as int64 of the same
+bits: Delta has no unsigned type), and commits every table once, ``profiles`` last, pinning the others (:mod:`xprosql.warehouse`). The packs' stored
 tables carry over, with the profiles they cover; profiles that an xprosql without some table wrote are
 recorded as lacking it (``Snapshot.profiles_without``). Rows in must equal rows out, table by table, before
 anything is committed. A killed upgrade is resumed by running it again.
@@ -30,7 +30,7 @@ import pyarrow.parquet as pq
 
 from xprosql.errors import WarehouseError
 from xprosql.models.tables import PACK_DERIVED_TABLES, PARTITION_COLUMN, TABLES
-from xprosql.warehouse import ROW_GROUP_ROWS, Warehouse, _writer_options
+from xprosql.warehouse import ROW_GROUP_ROWS, UNSIGNED_COLUMNS, Warehouse, _writer_options, to_file_types
 
 __all__ = ["UpgradeReport", "upgrade"]
 
@@ -98,7 +98,7 @@ def upgrade(path: str | os.PathLike[str]) -> UpgradeReport:
                 for file in files:
                     rows_in += pq.ParquetFile(file).metadata.num_rows
                     target = staging.directory / f"{table}-{profile_id}-{file.name}"
-                    rows = _with_profile_id(file, target, table, profile_id)
+                    rows = _rewrite(file, target, table, profile_id)
                     rows_out += rows
                     if rows:
                         actions.setdefault(table, []).append(warehouse._add(table, target, rows, profile_id, profile_id))
@@ -109,13 +109,13 @@ def upgrade(path: str | os.PathLike[str]) -> UpgradeReport:
                 if not file.exists():
                     continue
                 have.update(pack["profiles"])
-                rows = pq.ParquetFile(file).metadata.num_rows
-                rows_in += rows
+                rows_in += pq.ParquetFile(file).metadata.num_rows
+                target = staging.directory / f"{table}-{file.name}"
+                rows = _rewrite(file, target, table, None)
                 rows_out += rows
                 if rows:
-                    ids = pq.read_table(file, columns=[PARTITION_COLUMN]).column(0)
-                    first, last = min(ids.to_pylist()), max(ids.to_pylist())
-                    actions.setdefault(table, []).append(warehouse._add(table, file, rows, first, last))
+                    ids = pq.read_table(target, columns=[PARTITION_COLUMN]).column(0).to_pylist()
+                    actions.setdefault(table, []).append(warehouse._add(table, target, rows, min(ids), max(ids)))
             if table_dir.is_dir():
                 report.dropped_partitions += sum(1 for e in os.scandir(table_dir) if e.name.startswith(prefix)
                                                  and e.name[len(prefix):] not in committed)
@@ -143,10 +143,14 @@ def upgrade(path: str | os.PathLike[str]) -> UpgradeReport:
     return report
 
 
-def _with_profile_id(source: Path, target: Path, table: str, profile_id: str) -> int:
-    """``source`` written again with ``profile_id`` as its first column; returns its rows."""
+def _rewrite(source: Path, target: Path, table: str, profile_id: str | None) -> int:
+    """``source`` written again as the tables' data files are: ``profile_id`` its first column (added when
+    ``profile_id`` is given: a per-profile partition's file lacks it), unsigned integers as int64 of the same
+    bits. Returns its rows."""
     file = pq.ParquetFile(source)
-    schema = pa.schema([pa.field(PARTITION_COLUMN, pa.string()), *file.schema_arrow], metadata=file.schema_arrow.metadata)
+    fields = [f for f in file.schema_arrow if f.name != PARTITION_COLUMN]
+    fields = [f.with_type(pa.int64()) if f.name in UNSIGNED_COLUMNS[table] else f for f in fields]
+    schema = pa.schema([pa.field(PARTITION_COLUMN, pa.string()), *fields], metadata=file.schema_arrow.metadata)
     options = _writer_options(table)
     if "use_dictionary" in options:  # the columns of this file, which may lack some of today's
         options = {**options, "use_dictionary": [n for n in schema.names if n in options["use_dictionary"]],
@@ -155,7 +159,9 @@ def _with_profile_id(source: Path, target: Path, table: str, profile_id: str) ->
     rows = 0
     with pq.ParquetWriter(target, schema, compression="zstd", **options) as writer:
         for batch in file.iter_batches(batch_size=ROW_GROUP_ROWS):
-            writer.write_table(pa.Table.from_batches([batch]).add_column(
-                0, PARTITION_COLUMN, pa.repeat(pa.scalar(profile_id), batch.num_rows)).cast(schema), row_group_size=ROW_GROUP_ROWS)
+            part = pa.Table.from_batches([batch])
+            if profile_id is not None:
+                part = part.add_column(0, PARTITION_COLUMN, pa.repeat(pa.scalar(profile_id), batch.num_rows))
+            writer.write_table(to_file_types(table, part).select(schema.names).cast(schema), row_group_size=ROW_GROUP_ROWS)
             rows += batch.num_rows
     return rows

@@ -78,6 +78,7 @@ from pathlib import Path
 from typing import IO, Any
 
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 from deltalake import DeltaTable, Schema
 from deltalake.transaction import AddAction, CommitProperties, RemoveAction
@@ -92,6 +93,7 @@ __all__ = [
     "PACK_TARGET_ROWS",
     "ROW_GROUP_ROWS",
     "SMALL_PROFILE_ROWS",
+    "UNSIGNED_COLUMNS",
     "VACUUM_RETENTION_HOURS",
     "CompactReport",
     "DataFile",
@@ -99,6 +101,8 @@ __all__ = [
     "StagedProfile",
     "Warehouse",
     "file_schema",
+    "to_file_types",
+    "unsigned_sql",
 ]
 
 ROW_GROUP_ROWS = 500_000
@@ -133,9 +137,38 @@ _DELTA_COLUMNS = {"events": ("event_id", "start_ps", "device_offset_ps"), "event
 _LOAD_THREADS = 8
 
 
+# Delta has no unsigned integers: a uint64 column (program ids, stat values: XLA fingerprints pass 2^63) is stored
+# as int64 with the same 64 bits, and xprosql's readers give it back as uint64 (:func:`unsigned_sql`).
+UNSIGNED_COLUMNS: dict[str, tuple[str, ...]] = {
+    table: tuple(f.name for f in schema if pa.types.is_unsigned_integer(f.type)) for table, schema in TABLES.items()}
+
+
 def file_schema(table: str) -> pa.Schema:
-    """The Arrow schema of ``table``'s data files: ``profile_id`` first, then the table's columns."""
-    return pa.schema([pa.field(PARTITION_COLUMN, pa.string()), *TABLES[table]])
+    """The Arrow schema of ``table``'s data files: ``profile_id`` first, then the table's columns (unsigned
+    integers as int64 of the same bits)."""
+    fields = [f.with_type(pa.int64()) if pa.types.is_unsigned_integer(f.type) else f for f in TABLES[table]]
+    return pa.schema([pa.field(PARTITION_COLUMN, pa.string()), *fields])
+
+
+def to_file_types(table: str, rows: pa.Table) -> pa.Table:
+    """``rows`` with the unsigned columns of ``table`` as int64 of the same bits, as data files store them."""
+    for name in UNSIGNED_COLUMNS[table]:
+        if name in rows.column_names and pa.types.is_unsigned_integer(rows.schema.field(name).type):
+            index = rows.column_names.index(name)
+            rows = rows.set_column(index, rows.schema.field(name).with_type(pa.int64()),
+                                   pc.cast(rows.column(index), pa.int64(), safe=False))
+    return rows
+
+
+def unsigned_sql(table: str) -> str:
+    """A ``REPLACE`` list giving ``table``'s unsigned columns back as UBIGINT ('' when it has none); it takes the
+    int64 bits of the data files and the uint64 of older files or Arrow alike."""
+    names = UNSIGNED_COLUMNS.get(table, ())
+    if not names:
+        return ""
+    fixed = ", ".join(f'(CASE WHEN "{n}" < 0 THEN "{n}"::HUGEINT + 18446744073709551616 ELSE "{n}" END)::UBIGINT AS "{n}"'
+                      for n in names)
+    return f" REPLACE ({fixed})"
 
 
 def _writer_options(table: str) -> dict[str, Any]:
@@ -217,7 +250,7 @@ class StagedProfile:
         batches = self._pending.pop(table, [])
         rows = pa.Table.from_batches(batches, TABLES[table]) if batches else None
         if rows is not None:  # a constant column: one dictionary entry per row group in the file
-            rows = rows.add_column(0, PARTITION_COLUMN, pa.repeat(pa.scalar(self.profile_id), rows.num_rows))
+            rows = to_file_types(table, rows.add_column(0, PARTITION_COLUMN, pa.repeat(pa.scalar(self.profile_id), rows.num_rows)))
         self._submit(self._write_rows, table, rows)
 
     def _write_rows(self, table: str, rows: pa.Table | None) -> None:
@@ -363,7 +396,8 @@ class Snapshot:
         if any(not f.exact for f in files):
             frame = frame.filter(pl.col(PARTITION_COLUMN).is_in(list(self.profile_ids)))
         names = frame.collect_schema().names()
-        return frame.select([c for c in file_schema(table).names if c in names])
+        frame = frame.select([c for c in file_schema(table).names if c in names])
+        return frame.with_columns(pl.col(c).reinterpret(signed=False) for c in UNSIGNED_COLUMNS[table] if c in names)
 
     def restrict(self, profile_ids: Iterable[str]) -> Snapshot:
         """The same snapshot narrowed to ``profile_ids`` (which it must hold)."""
@@ -518,6 +552,17 @@ class Warehouse:
                 return json.loads(info) if isinstance(info, str) else dict(info)
         return {}
 
+    def _pins(self, version: int) -> dict[str, Any]:
+        """The ``xprosql`` entry of the last ``profiles`` commit at or before ``version`` that pins the data tables
+        (a vacuum's own commits, and any other writer's, pin nothing: they change no rows)."""
+        for at in range(version, -1, -1):
+            info = self._commit_info(at)
+            if "versions" in info:
+                return info
+            if not (self.table_path("profiles") / _LOG / f"{at:020d}.json").exists() and at < version:
+                break  # past the log's retention
+        return {}
+
     def _lists(self, lists_at: int | None) -> tuple[frozenset[str], dict[str, frozenset[str]]]:
         """The stored profiles and the profiles without a table, as recorded at version ``lists_at``."""
         if lists_at is None:
@@ -586,7 +631,7 @@ class Warehouse:
         except Exception as exc:
             raise WarehouseError(f"{self.root}: no version {version if version is not None else as_of!r}: {exc}") from None
         at = head.version()
-        info = self._commit_info(at)
+        info = self._pins(at)
         pins = info.get("versions", {})
 
         def load(table: str) -> tuple[str, tuple[DataFile, ...]]:
@@ -651,7 +696,7 @@ class Warehouse:
         """The latest ``profiles`` version with its pins (call under the commit lock)."""
         table = self._open("profiles")
         at = table.version()
-        info = self._commit_info(at)
+        info = self._pins(at)
         versions = {t: int(v) for t, v in info.get("versions", {}).items()}
         for t in TABLES:  # a table no commit pinned yet: as created (version 0)
             if t != "profiles":
@@ -750,7 +795,7 @@ class Warehouse:
         if not self.is_warehouse():
             return 0
         table = self._open("profiles")
-        info = self._commit_info(table.version())
+        info = self._pins(table.version())
         stored, _ = self._lists(info.get("lists_at"))
         return len(self._ids_of(self._data_files(table)) - stored)
 
@@ -887,7 +932,7 @@ class Warehouse:
                 rows = derive(table, share)
                 if rows.num_rows:
                     schema = file_schema(table)
-                    out.setdefault(table, []).append(rows.select(schema.names).cast(schema))
+                    out.setdefault(table, []).append(to_file_types(table, rows.select(schema.names)).cast(schema))
         return out
 
     def _write_pack_file(self, table: str, target: Path, group: Sequence[DataFile], scratch: Path) -> int:
