@@ -36,7 +36,7 @@ import stat
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -339,7 +339,7 @@ def _os_failure(path: str, exc: OSError) -> _Outcome:
     return "failed", path, "", f"cannot ingest: {exc.strerror or exc}"
 
 
-def _ingest_chunk(items: list[tuple[Path, Mapping[str, str]]], warehouse: Warehouse, *,
+def _ingest_chunk(items: Sequence[tuple[Path, Mapping[str, str]]], warehouse: Warehouse, *,
                   keep_secrets: bool) -> list[_Outcome]:
     """Decode and stage each file, then commit the staged profiles together (each one whole)."""
     outcomes: list[_Outcome | None] = []
@@ -348,10 +348,10 @@ def _ingest_chunk(items: list[tuple[Path, Mapping[str, str]]], warehouse: Wareho
         for index, (path, tags) in enumerate(items):
             attempt = _attempt(path, warehouse, tags=tags, keep_secrets=keep_secrets)
             if len(attempt) == 2:
-                staged[index] = attempt  # type: ignore[assignment]
+                staged[index] = attempt
                 outcomes.append(None)
                 continue
-            outcomes.append(attempt)  # type: ignore[arg-type]
+            outcomes.append(attempt)
             if attempt[0] == "disk_full":  # the rest waits for a resume
                 outcomes += [("not_done", str(p), "", "") for p, _ in items[index + 1:]]
                 break
