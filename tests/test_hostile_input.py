@@ -40,10 +40,11 @@ def _cli(*args: str, env: dict[str, str] | None = None, timeout: float = 120) ->
 
 
 def _profiles(root: Path) -> int:
-    if not (root / "profiles").exists():
+    try:
+        with xprosql.load(root) as run:
+            return run.sql("SELECT count(*) FROM profiles").rows()[0][0]
+    except xprosql.WarehouseError:  # nothing committed yet (the tables are being created)
         return 0
-    with xprosql.load(root) as run:
-        return run.sql("SELECT count(*) FROM profiles").rows()[0][0]
 
 
 def _kineto_variants(folder: Path, n: int) -> list[Path]:
