@@ -445,7 +445,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None,
                    help="progress bar with rate and ETA on stderr (default: when stderr is a terminal)")
     p.add_argument("--compact", choices=["auto", "always", "never"], default="auto",
-                   help="pack small profiles after ingesting (auto: once enough are unpacked)")
+                   help="compact after ingesting (auto: once enough profiles were committed since the last compaction)")
     p.add_argument("--quiet", "-q", action="store_true", help="no line per file; failures and the summary only")
     p.add_argument("--keep-secrets", action="store_true",
                    help="store credentials as the files hold them (default: replaced by <redacted> and counted)")

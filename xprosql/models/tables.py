@@ -346,7 +346,7 @@ TABLES: dict[str, pa.Schema] = {
         _col("device_time_ps", pa.int64(), "the device's time: first op start to last op end of each of its XLA devices, summed (the same on every row of the device)", "ps"),
     ]),
     # The rows of the steps analysis (sql/steps/steps.sql, default parameters), stored by compaction for the
-    # profiles it packs; empty for unpacked profiles: run.steps() computes theirs from their events.
+    # profiles it compacts; empty for profiles not compacted yet: run.steps() computes theirs from their events.
     "stored_steps": pa.schema([
         _col("device_id", pa.int32(), "devices.device_id of the busy device"),
         _col("device", pa.string(), "device name, e.g. /device:TPU:0"),
@@ -364,7 +364,7 @@ TABLES: dict[str, pa.Schema] = {
         _col("complete", pa.bool_(), "false for a step XProf's overview drops as incomplete (first or last of more than 5)"),
     ]),
     # The rows of sql/steps/_bottleneck_steps.sql (default parameters), stored by compaction for the profiles it
-    # packs; empty for unpacked profiles, whose bottlenecks are computed from their events.
+    # compacts; empty for profiles not compacted yet, whose bottlenecks are computed from their events.
     "stored_bottleneck_steps": pa.schema([
         _col("device_id", pa.int32(), "devices.device_id"),
         _col("device", pa.string(), "device name"),
