@@ -424,27 +424,31 @@ class Snapshot:
         return replace(self, profile_ids=tuple(p for p in self.profile_ids if p in wanted), files=files, universe=universe)
 
     def shares(self, n: int) -> list[Snapshot]:
-        """Split into about ``n`` disjoint snapshots of whole profiles, contiguous in ``profile_id`` (so a
-        compacted file is read by one or two shares), balanced by events."""
+        """Split into about ``n`` disjoint snapshots of whole profiles, balanced by events.
+
+        The profiles of one events file stay together (a packed file is read whole by one share, with no filter),
+        dealt out largest first into the lightest share.
+        """
         ids = self.profile_ids
         if not ids:
             return []
-        weight = dict.fromkeys(ids, 1.0)
+        wanted = set(ids)
+        units: list[tuple[int, list[str]]] = []
+        placed: set[str] = set()
         for f in self.files.get("events", ()):
             if f.first is None:
                 continue
-            inside = ids[bisect.bisect_left(ids, f.first):bisect.bisect_right(ids, f.last or "")]
-            for p in inside:
-                weight[p] += f.rows / len(inside)
-        total = sum(weight.values())
-        groups: list[list[str]] = [[]]
-        filled = 0.0
-        for p in ids:
-            if groups[-1] and filled + weight[p] / 2 > total / max(n, 1) * len(groups):
-                groups.append([])
-            groups[-1].append(p)
-            filled += weight[p]
-        return [self.restrict(group) for group in groups if group]
+            inside = [p for p in ids[bisect.bisect_left(ids, f.first):bisect.bisect_right(ids, f.last or "")]
+                      if p in wanted and p not in placed]
+            if inside:
+                units.append((f.rows, inside))
+                placed.update(inside)
+        units += [(1, [p]) for p in ids if p not in placed]  # no events
+        bins: list[tuple[int, list[str]]] = [(0, []) for _ in range(max(1, min(n, len(units))))]
+        for size, members in sorted(units, key=lambda u: -u[0]):
+            index = min(range(len(bins)), key=lambda i: bins[i][0])
+            bins[index] = (bins[index][0] + size, bins[index][1] + members)
+        return [self.restrict(members) for _, members in bins if members]
 
 
 @dataclass
@@ -482,6 +486,8 @@ class _Head:
 # Profile ids of a profiles data file (immutable: a path is never rewritten), per process.
 _FILE_IDS: dict[str, tuple[str, ...]] = {}
 _FILE_IDS_LOCK = threading.Lock()
+# The data files of a (table folder, version), per process: a version's files never change.
+_VERSION_FILES: dict[tuple[str, int], tuple[DataFile, ...]] = {}
 
 
 class Warehouse:
@@ -551,6 +557,27 @@ class Warehouse:
                 info = action["commitInfo"].get("xprosql", {})
                 return json.loads(info) if isinstance(info, str) else dict(info)
         return {}
+
+    def _latest(self, table: str) -> int:
+        """The latest version of ``table``: its highest log entry (what a Delta reader lists first)."""
+        entries = [int(e.name[:20]) for e in os.scandir(self.table_path(table) / _LOG)
+                   if len(e.name) == 25 and e.name.endswith(".json") and e.name[:20].isdigit()]
+        if not entries:
+            raise WarehouseError(f"{self.table_path(table)}: a Delta log without a commit")
+        return max(entries)
+
+    def _files_at(self, table: str, version: int) -> tuple[DataFile, ...]:
+        """The data files of ``table`` at ``version``; a version never changes, so a process reads it once."""
+        key = (str(self.table_path(table).resolve()), version)
+        with _FILE_IDS_LOCK:
+            known = _VERSION_FILES.get(key)
+        if known is None:
+            known = self._data_files(self._open(table, version))
+            with _FILE_IDS_LOCK:
+                if len(_VERSION_FILES) > 4096:
+                    _VERSION_FILES.clear()
+                _VERSION_FILES[key] = known
+        return known
 
     def _pins(self, version: int) -> dict[str, Any]:
         """The ``xprosql`` entry of the last ``profiles`` commit at or before ``version`` that pins the data tables
@@ -622,25 +649,25 @@ class Warehouse:
             (1000, 131)
         """
         self.check_readable()
-        head = self._open("profiles")
         try:
-            if version is not None:
-                head.load_as_version(version)
-            elif as_of is not None:
+            if as_of is not None:
+                head = self._open("profiles")
                 head.load_as_version(dt.datetime.fromisoformat(as_of) if isinstance(as_of, str) else as_of)
+                at = head.version()
+            else:
+                at = self._latest("profiles") if version is None else version
+                if not 0 <= at <= self._latest("profiles"):
+                    raise ValueError(f"the latest is {self._latest('profiles')}")
         except Exception as exc:
             raise WarehouseError(f"{self.root}: no version {version if version is not None else as_of!r}: {exc}") from None
-        at = head.version()
         info = self._pins(at)
         pins = info.get("versions", {})
 
         def load(table: str) -> tuple[str, tuple[DataFile, ...]]:
-            if table == "profiles":
-                return table, self._data_files(head)
-            pinned = pins.get(table)
+            pinned = at if table == "profiles" else pins.get(table)
             if pinned is None or not (self.table_path(table) / _LOG).is_dir():
                 return table, ()
-            return table, self._data_files(self._open(table, pinned))
+            return table, self._files_at(table, pinned)
 
         try:
             with ThreadPoolExecutor(_LOAD_THREADS) as pool:
