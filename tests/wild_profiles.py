@@ -53,6 +53,7 @@ __all__ = [
     "make_gloo_ddp_profiles",
     "make_jax_sharded_profile",
     "make_torch_training_profile",
+    "run_gloo_ranks",
 ]
 
 
@@ -310,20 +311,29 @@ def make_gloo_ddp_profiles(logdir: Path, *, timeout_s: float = 120.0) -> list[Pa
         [PosixPath('.../rank0.1700000000000.pt.trace.json'), PosixPath('.../rank1....pt.trace.json')]
     """
     _require("torch", "torch==2.13.0")
-    logdir = Path(logdir)
+    return run_gloo_ranks(_DDP_PROGRAM, [json.dumps(TORCH_SCHEDULE)], Path(logdir), DDP_WORLD_SIZE,
+                          label="gloo DDP", timeout_s=timeout_s)
+
+
+def run_gloo_ranks(program: str, args: list[str], logdir: Path, world_size: int, *, label: str,
+                   timeout_s: float) -> list[Path]:
+    """Run ``program`` (argv: logdir, *args) as ``world_size`` ranks of one torch.distributed job on
+    127.0.0.1 (RANK, WORLD_SIZE, MASTER_ADDR/PORT set), each in its own process group under one deadline:
+    on a timeout or a failure of any, all are killed before this raises. Returns the ``rank<N>.*.pt.trace.json``
+    each rank wrote under ``logdir`` (rank 0 first)."""
     logdir.mkdir(parents=True, exist_ok=True)
     before = set(logdir.rglob("*"))
-    base = dict(_torch_env(), MASTER_ADDR="127.0.0.1", MASTER_PORT=str(_free_port()), WORLD_SIZE=str(DDP_WORLD_SIZE),
+    base = dict(_torch_env(), MASTER_ADDR="127.0.0.1", MASTER_PORT=str(_free_port()), WORLD_SIZE=str(world_size),
                 GLOO_SOCKET_IFNAME=_loopback_interface())
     errors: list[str] = []
     with contextlib.ExitStack() as stack:
         # stderr to files: no pipe can fill up and block a rank
-        logs = [stack.enter_context(tempfile.TemporaryFile(mode="w+")) for _ in range(DDP_WORLD_SIZE)]
+        logs = [stack.enter_context(tempfile.TemporaryFile(mode="w+")) for _ in range(world_size)]
         procs = [
-            subprocess.Popen([sys.executable, "-c", _DDP_PROGRAM, str(logdir), json.dumps(TORCH_SCHEDULE)],
+            subprocess.Popen([sys.executable, "-c", program, str(logdir), *args],
                              env=dict(base, RANK=str(rank), LOCAL_RANK=str(rank)), stdout=subprocess.DEVNULL,
                              stderr=logs[rank], text=True, start_new_session=True)
-            for rank in range(DDP_WORLD_SIZE)
+            for rank in range(world_size)
         ]
         deadline = time.monotonic() + timeout_s
         try:
@@ -342,8 +352,8 @@ def make_gloo_ddp_profiles(logdir: Path, *, timeout_s: float = 120.0) -> list[Pa
                 if proc.poll() is None:
                     _kill_group(proc)
     if errors:
-        raise RuntimeError("gloo DDP program: " + "\n".join(errors))
-    found = [_new_files(logdir, f"rank{rank}.*.pt.trace.json", before) for rank in range(DDP_WORLD_SIZE)]
+        raise RuntimeError(f"{label} program: " + "\n".join(errors))
+    found = [_new_files(logdir, f"rank{rank}.*.pt.trace.json", before) for rank in range(world_size)]
     if any(len(f) != 1 for f in found):
         raise RuntimeError(f"expected one trace per rank under {logdir}, found {found}")
     return [f[0] for f in found]

@@ -10,9 +10,12 @@ Example:
 
 from __future__ import annotations
 
+import importlib
+import sys
+import types
+from typing import TYPE_CHECKING, Any
+
 from xprosql._version import __version__
-from xprosql.engine import Result, compact
-from xprosql.engine.catalogue import analyses
 from xprosql.errors import (
     AnalysisError,
     IngestError,
@@ -24,8 +27,40 @@ from xprosql.errors import (
     WarehouseError,
     XprosqlError,
 )
-from xprosql.ingest import IngestReport, ingest
-from xprosql.run import Run, load
+
+if TYPE_CHECKING:
+    from xprosql.engine import Result, compact
+    from xprosql.engine.catalogue import analyses
+    from xprosql.ingest import IngestReport, ingest
+    from xprosql.run import Run, load
+
+# Imported on first use: DuckDB, Polars and pyarrow take a second to load, and `xprosql --help`,
+# a worker process or `import xprosql.errors` need none of them.
+_LAZY = {"Result": "xprosql.engine", "compact": "xprosql.engine", "analyses": "xprosql.engine.catalogue",
+         "IngestReport": "xprosql.ingest", "ingest": "xprosql.ingest", "Run": "xprosql.run", "load": "xprosql.run"}
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        value = getattr(importlib.import_module(_LAZY[name]), name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module 'xprosql' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted(__all__)
+
+
+class _Package(types.ModuleType):
+    # xprosql.ingest is a function and a subpackage: importing the subpackage would set the attribute to it.
+    def __setattr__(self, name: str, value: Any) -> None:
+        if not (name == "ingest" and isinstance(value, types.ModuleType)):
+            super().__setattr__(name, value)
+
+
+sys.modules[__name__].__class__ = _Package
+
 
 __all__ = [
     "AnalysisError",

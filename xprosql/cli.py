@@ -30,10 +30,10 @@ import pyarrow.parquet as pq
 
 from xprosql._version import __version__
 from xprosql.engine import Result
-from xprosql.errors import XprosqlError
+from xprosql.errors import ParameterError, XprosqlError
 from xprosql.ingest import ingest
 from xprosql.models.tables import PARTITION_COLUMN, TABLES, column_unit
-from xprosql.run import load
+from xprosql.run import Run, load
 
 __all__ = ["entry", "main"]
 
@@ -414,14 +414,54 @@ def _cmd_report(args: argparse.Namespace) -> int:
     run = load(args.dir)
     profiles = args.profile or None
     if args.out:
-        report = build_report(run, profiles=profiles, top_ops=args.top, progress=args.progress)
+        report = build_report(run, profiles=profiles, top_ops=args.top, progress=args.progress, sections=args.sections)
         path = report.write(args.out)
         charts = sum(len(p.charts) for p in report.profiles)
-        print(f"wrote {path}: {len(report.profiles)} profiles, {charts} charts")
+        print(f"wrote {path}: {report.fleet.height} profiles, {len(report.profiles)} profile sections, {charts} charts "
+              f"({path.stat().st_size / 1e6:.1f} MB, works offline)")
         return 0
     print(terminal_summary(run, profiles=profiles, top_ops=min(args.top, 5)), end="")
     return 0
 
+
+_TIME_UNITS = {"ps": 1, "ns": 10**3, "us": 10**6, "ms": 10**9, "s": 10**12}
+
+
+def _time_ps(text: str | None) -> int | None:
+    """``1.5ms``, ``250us``, ``2s``, ``1000ns`` or a bare number of ps, as picoseconds."""
+    if text is None:
+        return None
+    number = text.strip().lower()
+    unit = next((u for u in ("ps", "ns", "us", "ms", "s") if number.endswith(u)), "ps")
+    try:
+        return round(float(number.removesuffix(unit) if number.endswith(unit) else number) * _TIME_UNITS[unit])
+    except ValueError:
+        raise ParameterError(f"{text!r} is not a time: write e.g. 1.5ms, 250us, 2s or a number of ps") from None
+
+
+def _resolve_profiles(run: Run, wanted: Sequence[str]) -> list[str]:
+    """Profile ids from ids, id prefixes or file names (one match each)."""
+    rows = run.sql("SELECT profile_id, source_path FROM profiles ORDER BY source_path").rows()
+    out = []
+    for given in wanted:
+        found = [pid for pid, path in rows if pid == given] or [pid for pid, path in rows if pid.startswith(given)] or [
+            pid for pid, path in rows if Path(path or "").name == given]
+        if len(found) != 1:
+            raise ParameterError(f"--profile {given}: {'no' if not found else len(found)} profiles match "
+                                 f"(an id, an id prefix or a file name of {run.path})")
+        out.append(found[0])
+    return out
+
+
+def _cmd_export(args: argparse.Namespace) -> int:
+    run = load(args.dir)
+    summary = run.export_trace(args.out, profiles=_resolve_profiles(run, args.profile) if args.profile else None,
+                               where=args.where, start_ps=_time_ps(args.start), end_ps=_time_ps(args.end),
+                               args=args.args, flows=args.flows, counters=args.counters, memory=args.counters,
+                               job_clock=args.job_clock)
+    print(summary)
+    print("open it in https://ui.perfetto.dev (Open trace file): it loads in the browser, nothing is uploaded")
+    return 0
 
 
 class _Parser(argparse.ArgumentParser):
@@ -502,12 +542,28 @@ def _parser() -> argparse.ArgumentParser:
 
     p = commands.add_parser("report", help="per profile: bottleneck, step breakdown, top ops, async summary, roofline")
     p.add_argument("dir", help="warehouse directory")
-    p.add_argument("--out", help="write an HTML report with charts here (charts need xprosql[plot]); without it, a terminal summary")
+    p.add_argument("--out", help="write an interactive HTML report here (charts need plotly: xprosql[plot]); without it, a terminal summary")
     p.add_argument("--profile", action="append", default=[], metavar="ID", help="only this profile (repeatable)")
     p.add_argument("--top", type=int, default=10, help="top ops listed per profile")
+    p.add_argument("--sections", type=int, default=12, help="at most this many profile sections (the worst); every profile stays in the summary")
     p.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None,
                    help="progress bar on stderr (default: when stderr is a terminal)")
     p.set_defaults(func=_cmd_report)
+
+    p = commands.add_parser("export", help="write a selection as a Perfetto trace for ui.perfetto.dev (tracks, slices, flows, counters)")
+    p.add_argument("dir", help="warehouse directory")
+    p.add_argument("--out", required=True, help="the trace file to write, e.g. x.perfetto-trace")
+    p.add_argument("--profile", action="append", default=[], metavar="P",
+                   help="a profile: id, id prefix or file name (repeatable; default: every profile)")
+    p.add_argument("--where", metavar="SQL", help="only events matching this predicate on events columns, e.g. \"name LIKE 'fusion%%'\"")
+    p.add_argument("--from", dest="start", metavar="TIME", help="only events ending after this time of each profile (1.5ms, 250us, 2s)")
+    p.add_argument("--to", dest="end", metavar="TIME", help="only events starting before this time of each profile")
+    p.add_argument("--args", action=argparse.BooleanOptionalAction, default=True, help="events' stats as slice args")
+    p.add_argument("--flows", action=argparse.BooleanOptionalAction, default=True, help="launch -> kernel and flows-table arrows")
+    p.add_argument("--counters", action=argparse.BooleanOptionalAction, default=True,
+                   help="counter tracks: the counters table and the memory timeline")
+    p.add_argument("--job-clock", action="store_true", help="a job's ranks side by side on the job's clock (sql/jobs/clock_offsets.sql)")
+    p.set_defaults(func=_cmd_export)
 
     p = commands.add_parser("demo", help="ingest the bundled TPU sample into a temporary warehouse and summarise it")
     p.set_defaults(func=_cmd_demo)

@@ -1,11 +1,19 @@
-"""Reports people can look at: one HTML page (charts embedded) or a terminal summary.
+"""Reports people can look at: one interactive, self-contained HTML page, or a terminal summary.
 
-Per profile: the primary bottleneck with the numbers behind it, the step
-breakdown as a stacked bar chart, the top ops by self time, the async summary
-(with a chart of exposed against hidden time per kind) and the roofline chart.
-The data come from the packaged analyses (``bottlenecks``, ``async_summary``,
-``roofline``), each run once over all profiles; charts need matplotlib (the
-``plot`` extra) and are left out, with a note, without it.
+The page works offline: Plotly's script is embedded once (from the ``plotly`` package, the ``plot``
+extra; Plotly because its one file brings hover tooltips, zoom and pan to every chart with no other
+asset, which Vega-Lite needs three scripts and a compiler for), tables sort by a click on their
+header, and every number carries its unit (ms, GB, GB/s, TFLOP/s).
+
+Layout: the summary first (for several profiles: the worst by idle share and by step time, and the
+jobs of a ``job`` tag, with links), a table of contents, then one section per profile, named by file
+and host: the primary bottleneck with the numbers behind it, the step breakdown (each step's time on
+a log axis above its categories as shares, so a 2 s step does not flatten 20 ms ones), the busiest
+step of each device as a small timeline, the top ops, the roofline, the async summary, the memory
+timeline per allocator and what the peak holds. A chart without data is replaced by the reason
+(what the analysis needs, from its ``-- Needs:`` line). With more than ``sections`` profiles, the
+summary table lists every profile and only the worst ``sections`` get a section (said on the page):
+what keeps 1,000 profiles' page small and quick.
 
 Example:
     >>> import xprosql
@@ -17,21 +25,21 @@ Example:
 
 from __future__ import annotations
 
-import base64
 import html
-import io
+import json
+import math
 import os
 import sys
-import tempfile
 import time
 import warnings
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
 
 import polars as pl
 
+from xprosql.engine.connection import query, snapshot_connection
 from xprosql.queries.bottlenecks import BOTTLENECK_CATEGORIES
 
 if TYPE_CHECKING:
@@ -41,9 +49,7 @@ __all__ = [
     "CATEGORY_COLORS",
     "ProfileReport",
     "Report",
-    "async_chart",
     "build_report",
-    "step_breakdown_chart",
     "terminal_summary",
 ]
 
@@ -85,23 +91,17 @@ _MEANING = {
     "host_bound": "the device waits for the host to issue work",
     "idle": "the device is idle",
 }
+_DASH = "\u2013"  # what an unknown value shows as: never "None"
+_TIMELINE_EVENTS = 400  # longest events kept per device in the busiest-step timeline
+_TIMELINE_DEVICES = 4
 
 
-def _matplotlib() -> Any | None:
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        return None
-    return plt
-
+# -- human units ------------------------------------------------------------------------------------------
 
 def _seconds(ps: float | None) -> str:
-    """Picoseconds as a short human time: 98.153 s, 19.87 ms, 2.5 us."""
+    """Picoseconds as a short human time: 98.15 s, 19.87 ms, 2.5 us."""
     if ps is None:
-        return "-"
+        return _DASH
     value = float(ps)
     for unit, scale in (("s", 1e12), ("ms", 1e9), ("us", 1e6)):
         if abs(value) >= scale:
@@ -109,85 +109,48 @@ def _seconds(ps: float | None) -> str:
     return f"{value / 1e3:.4g} ns"
 
 
+def _scaled(value: float | None, unit: str, steps: Sequence[tuple[str, float]]) -> str:
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return _DASH
+    for prefix, scale in steps:
+        if abs(value) >= scale:
+            return f"{value / scale:.4g} {prefix}{unit}"
+    return f"{value:.4g} {unit}"
+
+
+_SI = (("P", 1e15), ("T", 1e12), ("G", 1e9), ("M", 1e6), ("k", 1e3))
+
+
+def _bytes(value: float | None) -> str:
+    """Bytes as 1.23 GB, 512 kB, 40 B (decimal units, as the rates)."""
+    return _scaled(value, "B", _SI)
+
+
 def _rate(bytes_per_s: float | None) -> str:
-    return "-" if bytes_per_s is None else f"{bytes_per_s / 1e9:.4g} GB/s"
+    return _scaled(bytes_per_s, "B/s", _SI)
+
+
+def _flops(flop_per_s: float | None) -> str:
+    return _scaled(flop_per_s, "FLOP/s", _SI)
 
 
 def _pct(share: float | None) -> str:
-    return "-" if share is None else f"{100 * share:.1f}%"
+    return _DASH if share is None else f"{100 * share:.1f}%"
 
 
-def step_breakdown_chart(steps: pl.DataFrame, *, title: str = "Step time breakdown", max_bars: int = 40) -> bytes | None:
-    """A stacked bar per (device, step) of ``bottlenecks`` step rows, one colour per category; PNG bytes.
-
-    Bars show each category's time in milliseconds; at most ``max_bars`` bars
-    (the first steps of each device). None without matplotlib or rows.
-
-    Example:
-        >>> png = step_breakdown_chart(run.bottlenecks(scope="step").pl())        # doctest: +SKIP
-    """
-    plt = _matplotlib()
-    rows = steps.filter(pl.col("scope") == "step").sort("device_id", "step_index").head(max_bars)
-    if plt is None or rows.is_empty():
-        return None
-    labels = [
-        (f"{(d or '').replace('/device:', '')}" + (f"\nstep {s}" if s is not None else f"\n#{i}"))
-        for d, s, i in zip(rows["device"].to_list(), rows["step"].to_list(), rows["step_index"].to_list())
-    ]
-    fig, ax = plt.subplots(figsize=(max(6.0, 0.55 * rows.height + 3), 4.6), dpi=110)
-    bottom = [0.0] * rows.height
-    for category in BOTTLENECK_CATEGORIES:
-        values = [(v or 0) / 1e9 for v in rows[f"{category}_ps"].to_list()]
-        if not any(values):
-            continue
-        ax.bar(range(rows.height), values, bottom=bottom, color=CATEGORY_COLORS[category], label=_LABELS[category],
-               edgecolor="white", linewidth=0.3)
-        bottom = [b + v for b, v in zip(bottom, values)]
-    ax.set_xticks(range(rows.height), labels, fontsize=7)
-    ax.set_ylabel("time (ms)")
-    ax.set_title(title, fontsize=10)
-    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.0, 1.0))
-    ax.grid(True, axis="y", linewidth=0.3)
-    fig.tight_layout()
-    return _png(fig, plt)
+def _count(value: int | float | None) -> str:
+    return _DASH if value is None else f"{value:,}"
 
 
-def async_chart(summary: pl.DataFrame, *, title: str = "Async operations: exposed vs hidden time") -> bytes | None:
-    """Horizontal bars per async kind (and direction): exposed and covered window time, summed over ops; PNG bytes.
-
-    Example:
-        >>> png = async_chart(run.async_summary().pl())                            # doctest: +SKIP
-    """
-    plt = _matplotlib()
-    rows = summary.filter(pl.col("window_ps") > 0).sort("window_ps")
-    if plt is None or rows.is_empty():
-        return None
-    names = [k if d is None or d == k.removeprefix("memcpy_") or d == k else f"{k} ({d})"
-             for k, d in zip(rows["kind"].to_list(), rows["direction"].to_list())]
-    exposed = [(v or 0) / 1e9 for v in rows["exposed_ps"].to_list()]
-    covered = [(v or 0) / 1e9 for v in rows["covered_ps"].to_list()]
-    fig, ax = plt.subplots(figsize=(8, 1.2 + 0.45 * rows.height), dpi=110)
-    ax.barh(range(rows.height), exposed, color=CATEGORY_COLORS["exposed_host_offload"], label="exposed")
-    ax.barh(range(rows.height), covered, left=exposed, color=CATEGORY_COLORS["compute_bound"], label="hidden by other ops")
-    ax.set_yticks(range(rows.height), names, fontsize=8)
-    ax.set_xlabel("window time summed over ops (ms)")
-    ax.set_title(title, fontsize=10)
-    ax.legend(fontsize=8, loc="lower right")
-    ax.grid(True, axis="x", linewidth=0.3)
-    fig.tight_layout()
-    return _png(fig, plt)
+def _text(value: Any) -> str:
+    return _DASH if value is None or value == "" else str(value)
 
 
-def _png(fig: Any, plt: Any) -> bytes:
-    buffer = io.BytesIO()
-    fig.savefig(buffer, format="png")
-    plt.close(fig)
-    return buffer.getvalue()
-
+# -- what the report holds ----------------------------------------------------------------------------------
 
 @dataclass
 class ProfileReport:
-    """What the report says about one profile: tables and PNG charts."""
+    """What the report says about one profile: tables, Plotly figures (``charts``: name -> figure) and notes."""
 
     profile_id: str
     info: dict[str, Any]
@@ -195,8 +158,21 @@ class ProfileReport:
     steps: pl.DataFrame
     top_ops: pl.DataFrame
     async_summary: pl.DataFrame
-    charts: dict[str, bytes] = field(default_factory=dict)
+    memory_peaks: pl.DataFrame = field(default_factory=pl.DataFrame)
+    peak_contents: pl.DataFrame = field(default_factory=pl.DataFrame)
+    charts: dict[str, dict[str, Any]] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
+
+    @property
+    def title(self) -> str:
+        """The file's name and its host."""
+        name = Path(str(self.info.get("source_path") or self.profile_id)).name
+        host = self.info.get("host")
+        return f"{name} on {host}" if host and host not in name else name
+
+    @property
+    def anchor(self) -> str:
+        return f"profile-{self.profile_id}"
 
 
 @dataclass
@@ -205,17 +181,17 @@ class Report:
 
     title: str
     profiles: list[ProfileReport]
+    fleet: pl.DataFrame = field(default_factory=pl.DataFrame)  # every profile's headline numbers
+    notes: list[str] = field(default_factory=list)
 
     def html(self) -> str:
-        """The report as one self-contained HTML page (charts as embedded PNGs)."""
-        parts = [_HTML_HEAD.format(title=html.escape(self.title))]
-        parts.append(f"<h1>{html.escape(self.title)}</h1>")
-        parts.append(f"<p class='meta'>{len(self.profiles)} profiles. Times are device time summed over devices and steps; "
-                     "shares are of that time. Categories sum to the step time.</p>")
-        for profile in self.profiles:
-            parts.append(_profile_html(profile))
-        parts.append("</body></html>")
-        return "\n".join(parts)
+        """The report as one self-contained HTML page (Plotly's script inline, no network)."""
+        figures: list[tuple[str, dict[str, Any]]] = []
+        body = [f"<h1>{html.escape(self.title)}</h1>", self._summary_html(figures), self._toc_html()]
+        body += [_profile_html(p, figures) for p in self.profiles]
+        data = "".join(f"<script type='application/json' id='{fid}-data'>{_json(fig)}</script>" for fid, fig in figures)
+        return (_HEAD.format(title=html.escape(self.title)) + "\n".join(body) + data
+                + f"<script>{_plotly_js()}</script><script>{_PAGE_JS}</script></body></html>")
 
     def write(self, path: str | os.PathLike[str]) -> Path:
         """Write :meth:`html` to ``path``; returns the path."""
@@ -223,51 +199,297 @@ class Report:
         out.write_text(self.html(), encoding="utf-8")
         return out
 
+    def _toc_html(self) -> str:
+        items = "".join(f"<li><a href='#{p.anchor}'>{html.escape(p.title)}</a>"
+                        + (f" <span class='meta'>{html.escape(p.summary['primary_bottleneck'])}</span>" if p.summary else "")
+                        + "</li>" for p in self.profiles)
+        return f"<nav id='toc'><h2>Contents</h2><ol><li><a href='#summary'>Summary</a></li>{items}</ol></nav>"
 
-_HTML_HEAD = """<!DOCTYPE html>
+    def _summary_html(self, figures: list[tuple[str, dict[str, Any]]]) -> str:
+        out = ["<section id='summary'><h2>Summary</h2>"]
+        fleet = self.fleet
+        out.append(f"<p class='meta'>{fleet.height if not fleet.is_empty() else len(self.profiles)} profiles"
+                   f"{'' if len(self.profiles) >= fleet.height else f'; sections for the {len(self.profiles)} worst (by idle share and step time), every profile in the table below'}. "
+                   "Times are device time; shares are of a device's step time; the categories of a step sum to it.</p>")
+        out += [f"<p class='note'>{html.escape(n)}</p>" for n in self.notes]
+        if fleet.is_empty():
+            return "\n".join([*out, "</section>"])
+        sectioned = {p.profile_id for p in self.profiles}
+
+        def link(pid: str, name: str) -> str:
+            label = html.escape(name)
+            return f"<a href='#profile-{pid}'>{label}</a>" if pid in sectioned else label
+
+        columns: list[tuple[str, str, Callable[[Any], str] | None]] = [
+            ("profile", "name", None), ("host", "host", _text), ("job", "job", _text), ("device", "device_kind", _text),
+            ("steps", "steps", _count), ("median step", "step_time_ps", _seconds), ("longest step", "max_step_time_ps", _seconds),
+            ("busy", "busy_fraction", _pct), ("idle", "idle_share", _pct), ("memory-bound", "memory_bound_share", _pct),
+            ("FLOP util.", "flop_utilization", _pct), ("HBM util.", "hbm_utilization", _pct),
+            ("primary bottleneck", "primary_bottleneck", _text),
+        ]
+        worst_idle = fleet.filter(pl.col("idle_share").is_not_null()).sort("idle_share", descending=True).head(10)
+        worst_step = fleet.filter(pl.col("max_step_time_ps").is_not_null()).sort("max_step_time_ps", descending=True).head(10)
+        if fleet.height > 1:
+            out.append("<h3>Worst profiles by idle share</h3>" + _table(worst_idle, columns, link))
+            out.append("<h3>Longest steps</h3>" + _table(worst_step, columns, link))
+            jobs = fleet.filter(pl.col("job").is_not_null())
+            if not jobs.is_empty():
+                per_job = (jobs.sort("idle_share", descending=True, nulls_last=True).group_by("job", maintain_order=True)
+                           .agg(pl.len().alias("profiles"), pl.col("step_time_ps").median().alias("step_time_ps"),
+                                pl.col("max_step_time_ps").max(), pl.col("idle_share").median(),
+                                pl.col("profile_id").first(), pl.col("name").first())
+                           .sort("idle_share", descending=True, nulls_last=True))
+                out.append("<h3>Jobs (tag job), worst first</h3>" + _table(per_job, [
+                    ("job", "job", _text), ("profiles", "profiles", _count), ("median step", "step_time_ps", _seconds),
+                    ("longest step", "max_step_time_ps", _seconds), ("median idle", "idle_share", _pct),
+                    ("worst profile (idle)", "name", None)], link))
+            points = fleet.filter(pl.col("step_time_ps").is_not_null() & pl.col("idle_share").is_not_null())
+            if not points.is_empty():
+                figures.append(("fig-fleet", _fleet_figure(points)))
+                out.append("<h3>Every profile: median step time against idle share</h3>"
+                           "<div class='chart' id='fig-fleet'></div>")
+        out.append("<h3>Every profile</h3>" + _table(fleet, columns, link))
+        return "\n".join([*out, "</section>"])
+
+
+def _json(figure: dict[str, Any]) -> str:
+    return json.dumps(figure, separators=(",", ":"), default=str).replace("</", "<\\/")
+
+
+def _plotly_js() -> str:
+    try:
+        from plotly.offline import get_plotlyjs
+    except ImportError:
+        return "window.Plotly = undefined;"
+    return str(get_plotlyjs())
+
+
+_HEAD = """<!DOCTYPE html>
 <html lang="en"><head><meta charset="utf-8"><title>{title}</title>
 <style>
-body {{ font-family: sans-serif; margin: 24px; color: #222; background: #fff; max-width: 1200px; }}
+body {{ font-family: system-ui, sans-serif; margin: 24px auto; color: #222; background: #fff; max-width: 1240px; padding: 0 16px; }}
 h1 {{ font-size: 22px; }} h2 {{ font-size: 18px; border-top: 1px solid #ccc; padding-top: 12px; }}
-h3 {{ font-size: 14px; margin-bottom: 4px; }}
-.meta {{ color: #555; font-size: 13px; }}
-.verdict {{ font-size: 16px; padding: 8px 12px; background: #f4f4f4; border-left: 4px solid #d62728; }}
+h3 {{ font-size: 14px; margin: 14px 0 4px; }}
+.meta {{ color: #555; font-size: 13px; }} .note {{ color: #7a4b00; font-size: 13px; background: #fff8e6; padding: 4px 8px; }}
+.verdict {{ font-size: 15px; padding: 8px 12px; background: #f4f4f4; border-left: 4px solid #d62728; }}
 table {{ border-collapse: collapse; font-size: 12px; margin: 6px 0 12px; }}
 td, th {{ border: 1px solid #ddd; padding: 3px 6px; text-align: right; }}
 td:first-child, th:first-child {{ text-align: left; }}
-img.chart {{ display: block; max-width: 100%; margin: 6px 0 14px; }}
+table.sortable th {{ cursor: pointer; background: #f6f6f6; user-select: none; }}
+table.sortable th[data-dir=asc]::after {{ content: " \\25B2"; }} table.sortable th[data-dir=desc]::after {{ content: " \\25BC"; }}
+.chart {{ width: 100%; min-height: 320px; margin: 6px 0 14px; }}
 .swatch {{ display: inline-block; width: 10px; height: 10px; margin-right: 4px; }}
-</style></head><body>"""
+nav#toc ol {{ columns: 2; font-size: 13px; }}
+</style></head><body>
+"""
+
+# Tables sort on a header click (numbers by their data-v value); charts draw when they come into view.
+_PAGE_JS = r"""
+document.querySelectorAll('table.sortable th').forEach(th => th.addEventListener('click', () => {
+  const table = th.closest('table'), body = table.tBodies[0], index = th.cellIndex;
+  const dir = th.dataset.dir === 'desc' ? 'asc' : 'desc';
+  table.querySelectorAll('th').forEach(h => delete h.dataset.dir); th.dataset.dir = dir;
+  const key = row => { const c = row.cells[index]; const v = c.dataset.v; return v !== undefined ? parseFloat(v) : c.textContent; };
+  const rows = Array.from(body.rows).sort((a, b) => { const x = key(a), y = key(b);
+    const order = (typeof x === 'number' && typeof y === 'number') ? x - y : String(x).localeCompare(String(y));
+    return dir === 'asc' ? order : -order; });
+  rows.forEach(r => body.appendChild(r));
+}));
+function drawChart(div) {
+  if (div.dataset.rendered || !window.Plotly) return;
+  div.dataset.rendered = 'pending';
+  const fig = JSON.parse(document.getElementById(div.id + '-data').textContent);
+  Plotly.newPlot(div, fig.data, fig.layout, {responsive: true, displaylogo: false}).then(() => { div.dataset.rendered = '1'; });
+}
+const observer = new IntersectionObserver(entries => entries.forEach(e => { if (e.isIntersecting) drawChart(e.target); }),
+                                          {rootMargin: '400px'});
+document.querySelectorAll('div.chart').forEach(div => observer.observe(div));
+"""
 
 
-def _table(frame: pl.DataFrame, columns: Sequence[tuple[str, str, Any]]) -> str:
-    """An HTML table of ``frame`` with (header, column, formatter) columns."""
+def _table(frame: pl.DataFrame, columns: Sequence[tuple[str, str, Callable[[Any], str] | None]],
+           link: Callable[[str, str], str] | None = None) -> str:
+    """A sortable HTML table: (header, column, formatter); numbers keep their raw value for sorting; ``link``
+    makes the ``name`` column a link to the row's profile section."""
     head = "".join(f"<th>{html.escape(h)}</th>" for h, _, _ in columns)
     body = []
     for row in frame.iter_rows(named=True):
-        cells = "".join(f"<td>{html.escape(str(fmt(row.get(col))) if fmt else str(row.get(col)))}</td>"
-                        for _, col, fmt in columns)
-        body.append(f"<tr>{cells}</tr>")
-    return f"<table><tr>{head}</tr>{''.join(body)}</table>"
+        cells = []
+        for _, column, fmt in columns:
+            value = row.get(column)
+            if fmt is None and link is not None and column == "name":
+                shown = link(str(row.get("profile_id")), str(value))
+            else:
+                shown = html.escape(fmt(value) if fmt else _text(value))
+            sort = f" data-v='{float(value)!r}'" if isinstance(value, (int, float)) and not isinstance(value, bool) else ""
+            cells.append(f"<td{sort}>{shown}</td>")
+        body.append(f"<tr>{''.join(cells)}</tr>")
+    return f"<table class='sortable'><thead><tr>{head}</tr></thead><tbody>{''.join(body)}</tbody></table>"
 
 
-def _img(name: str, png: bytes, alt: str) -> str:
-    data = base64.b64encode(png).decode()
-    return f"<img class='chart' id='{name}' alt='{html.escape(alt)}' src='data:image/png;base64,{data}'>"
+# -- figures (Plotly's JSON: data traces and a layout) -------------------------------------------------------
+
+def _layout(title: str, **extra: Any) -> dict[str, Any]:
+    layout = {"title": {"text": title, "font": {"size": 13}}, "margin": {"l": 60, "r": 20, "t": 40, "b": 50},
+              "height": 340, "hovermode": "closest", "legend": {"font": {"size": 10}}, "font": {"size": 11}}
+    layout.update(extra)
+    return layout
 
 
-def _profile_html(p: ProfileReport) -> str:
+def _fleet_figure(points: pl.DataFrame) -> dict[str, Any]:
+    data = []
+    for kind in points["device_kind"].unique(maintain_order=True).to_list():
+        rows = points.filter(pl.col("device_kind") == kind)
+        data.append({"type": "scattergl" if rows.height > 2000 else "scatter", "mode": "markers", "name": str(kind),
+                     "x": [v / 1e9 for v in rows["step_time_ps"].to_list()], "y": [100 * v for v in rows["idle_share"].to_list()],
+                     "text": rows["name"].to_list(), "marker": {"size": 10},
+                     "customdata": [_seconds(v) for v in rows["step_time_ps"].to_list()],
+                     "hovertemplate": "%{text}<br>median step %{customdata}<br>idle %{y:.1f}%<extra>" + str(kind) + "</extra>"})
+    return {"data": data, "layout": _layout("median step time against idle share, one point per profile and device kind",
+                                            xaxis={"title": {"text": "median step time (ms)"}, "type": "log"},
+                                            yaxis={"title": {"text": "idle share (%)"}})}
+
+
+def _step_figure(steps: pl.DataFrame, max_steps: int) -> dict[str, Any]:
+    """Each step's time on a log axis (top) over its categories as shares (bottom): a 2 s step beside 20 ms
+    ones stays readable; the tooltips give each category's time."""
+    rows = steps.sort("device_id", "step_index").head(max_steps)
+    labels = [f"{(d or '').replace('/device:', '')} step {s if s is not None else i}"
+              for d, s, i in zip(rows["device"].to_list(), rows["step"].to_list(), rows["step_index"].to_list())]
+    step_ms = [(v or 0) / 1e9 for v in rows["step_ps"].to_list()]
+    times = [_seconds(v) for v in rows["step_ps"].to_list()]
+    # step times as points with their value written by them: on a log axis bars would start at an arbitrary floor
+    data: list[dict[str, Any]] = [{"type": "scatter", "mode": "markers+text", "x": labels, "y": step_ms, "name": "step time",
+                                   "marker": {"color": "#444", "size": 10}, "text": times, "textposition": "top center",
+                                   "yaxis": "y2", "customdata": times, "cliponaxis": False,
+                                   "hovertemplate": "%{x}<br>step time %{customdata}<extra></extra>", "showlegend": False}]
+    for category in BOTTLENECK_CATEGORIES:
+        ps = [(v or 0) for v in rows[f"{category}_ps"].to_list()]
+        if not any(ps):
+            continue
+        shares = [100 * p / s if s else 0 for p, s in zip(ps, rows["step_ps"].to_list())]
+        data.append({"type": "bar", "x": labels, "y": shares, "name": _LABELS[category],
+                     "marker": {"color": CATEGORY_COLORS[category]}, "customdata": [_seconds(p) for p in ps],
+                     "hovertemplate": "%{x}<br>" + _LABELS[category] + ": %{customdata} (%{y:.1f}%)<extra></extra>"})
+    spread = max(step_ms) / max(min(v for v in step_ms if v > 0), 1e-9) if any(step_ms) else 1
+    layout = _layout("Step breakdown: step time (top) and where it goes (bottom)", barmode="stack", height=460,
+                     yaxis={"domain": [0, 0.62], "title": {"text": "share of step (%)"}, "range": [0, 100]},
+                     yaxis2={"domain": [0.7, 1], "title": {"text": "step (ms)"}, "type": "log" if spread > 20 else "linear"},
+                     xaxis={"tickangle": -45, "automargin": True})
+    return {"data": data, "layout": layout}
+
+
+def _timeline_figure(events: pl.DataFrame, windows: dict[int, tuple[str, int, int, Any]]) -> dict[str, Any]:
+    """The busiest step of each device: its longest events as bars on their lines, in ms from the step's start,
+    one panel per device with its own time axis (a 2 s step and a 20 ms one each fill their panel)."""
+    panels = [(d, w, events.filter(pl.col("device_id") == d)) for d, w in windows.items()]
+    panels = [(d, w, rows) for d, w, rows in panels if not rows.is_empty()]
+    lines = [rows["track"].n_unique() for _, _, rows in panels]
+    total, gap = sum(lines), 0.12
+    data: list[dict[str, Any]] = []
+    layout = _layout("Busiest step per device: its longest events (drag to zoom, double-click to reset)", barmode="overlay",
+                     height=80 + 26 * total + 70 * len(panels))
+    top = 1.0
+    for k, ((_, (device, start, end, step), rows), count) in enumerate(zip(panels, lines)):
+        span = (1 - gap * (len(panels) - 1)) * count / total
+        axis = "" if k == 0 else str(k + 1)
+        short = (device or "").replace("/device:", "")
+        data.append({"type": "bar", "orientation": "h", "name": f"{short} step {step} ({_seconds(end - start)})",
+                     "xaxis": f"x{axis}", "yaxis": f"y{axis}", "y": rows["track"].to_list(),
+                     "base": [(v - start) / 1e9 for v in rows["start_ps"].to_list()],
+                     "x": [max(d, 1) / 1e9 for d in rows["dur_ps"].to_list()], "text": rows["name"].to_list(),
+                     "textposition": "none",
+                     "customdata": [[_seconds(v - start), _seconds(d)] for v, d in zip(rows["start_ps"].to_list(), rows["dur_ps"].to_list())],
+                     "hovertemplate": f"%{{text}}<br>{short} %{{y}}<br>at %{{customdata[0]}} for %{{customdata[1]}}<extra></extra>"})
+        layout[f"yaxis{axis}"] = {"domain": [max(0.0, top - span), top], "anchor": f"x{axis}", "automargin": True,
+                                  "autorange": "reversed", "title": {"text": short, "font": {"size": 10}}}
+        layout[f"xaxis{axis}"] = {"anchor": f"y{axis}", "range": [0, (end - start) / 1e9],
+                                  "title": {"text": f"ms from the start of {short}'s step {step}", "font": {"size": 10}}}
+        top -= span + gap
+    return {"data": data, "layout": layout}
+
+
+def _roofline_figure(ops: pl.DataFrame) -> dict[str, Any]:
+    data: list[dict[str, Any]] = []
+    for bound, colour in (("compute", "#d62728"), ("HBM", "#1f77b4")):
+        rows = ops.filter(pl.col("bound_by") == bound) if bound == "compute" else ops.filter(pl.col("bound_by") != "compute")
+        if rows.is_empty():
+            continue
+        data.append({"type": "scatter", "mode": "markers", "name": f"{bound}-bound ops" if bound == "compute" else "memory-bound ops",
+                     "x": rows["operational_intensity"].to_list(), "y": [v / 1e12 for v in rows["flop_rate"].to_list()],
+                     "text": [str(o)[:80] for o in rows["op"].to_list()], "customdata": [_seconds(v) for v in rows["self_time_ps"].to_list()],
+                     "marker": {"color": colour, "size": [max(10.0, min(24.0, 8 + 30 * (s or 0))) for s in rows["self_time_share"].to_list()]},
+                     "hovertemplate": "%{text}<br>%{x:.3g} FLOP/byte, %{y:.4g} TFLOP/s<br>self time %{customdata}<extra></extra>"})
+    roofs = ops.select("device_kind", "peak_flops_per_s", "peak_hbm_bytes_per_s").drop_nulls().unique()
+    xs = [v for v in ops["operational_intensity"].to_list() if v and v > 0]
+    low, high = (min(xs) / 10, max(xs) * 10) if xs else (0.01, 1000)
+    for kind, peak, bandwidth in roofs.iter_rows():
+        ridge = peak / bandwidth
+        x = [min(low, ridge / 10), ridge, max(high, ridge * 10)]
+        data.append({"type": "scatter", "mode": "lines", "name": f"{kind} roof: {_flops(peak)}, {_rate(bandwidth)}",
+                     "x": x, "y": [min(peak, bandwidth * v) / 1e12 for v in x], "line": {"color": "#333", "dash": "dot"},
+                     "hoverinfo": "name"})
+    return {"data": data, "layout": _layout(f"Roofline: the FLOP rate of each of the {ops.height} ops with FLOPs against its operational intensity",
+                                            xaxis={"type": "log", "title": {"text": "operational intensity (FLOP/byte)"}},
+                                            yaxis={"type": "log", "title": {"text": "TFLOP/s"}})}
+
+
+def _async_figure(rows: pl.DataFrame) -> dict[str, Any]:
+    names = [k if d is None or d == k.removeprefix("memcpy_") or d == k else f"{k} ({d})"
+             for k, d in zip(rows["kind"].to_list(), rows["direction"].to_list())]
+    data = [{"type": "bar", "orientation": "h", "y": names, "x": [(v or 0) / 1e9 for v in rows[column].to_list()],
+             "name": label, "marker": {"color": colour}, "hovertemplate": "%{y}: %{x:.4g} ms " + label + "<extra></extra>"}
+            for column, label, colour in (("exposed_ps", "exposed", CATEGORY_COLORS["exposed_host_offload"]),
+                                          ("covered_ps", "hidden by other ops", CATEGORY_COLORS["compute_bound"]))]
+    return {"data": data, "layout": _layout("Async operations: exposed against hidden window time (summed over ops)",
+                                            barmode="stack", height=max(220, 120 + 30 * rows.height),
+                                            xaxis={"title": {"text": "ms"}}, yaxis={"automargin": True})}
+
+
+def _memory_figure(timeline: pl.DataFrame, peaks: pl.DataFrame) -> dict[str, Any]:
+    highest = max((v or 0) for column in ("in_use_bytes", "reserved_bytes") for v in timeline[column].to_list())
+    unit, scale = next(((u, f) for u, f in (("GB", 1e9), ("MB", 1e6), ("kB", 1e3)) if highest >= f), ("B", 1.0))
+    data: list[dict[str, Any]] = []
+    for (allocator,), rows in timeline.sort("start_ps").group_by(["allocator"], maintain_order=True):
+        for column, dash in (("in_use_bytes", "solid"), ("reserved_bytes", "dot")):
+            values = rows[column].to_list()
+            if not any(values):  # an allocator that records no reserved bytes: no flat line at 0
+                continue
+            data.append({"type": "scatter", "mode": "lines", "name": f"{allocator} {column.removesuffix('_bytes').replace('_', ' ')}",
+                         "x": [s / 1e9 for s in rows["start_ps"].to_list()], "y": [None if v is None else v / scale for v in values],
+                         "line": {"dash": dash, "shape": "hv"},
+                         "hovertemplate": f"{allocator}<br>%{{x:.4g}} ms: %{{y:.4g}} {unit} {column.split('_')[0]}<extra></extra>"})
+    if not peaks.is_empty():
+        data.append({"type": "scatter", "mode": "markers", "name": "peak", "marker": {"symbol": "star", "size": 12, "color": "#d62728"},
+                     "x": [p / 1e9 for p in peaks["peak_ps"].to_list()], "y": [b / scale for b in peaks["peak_in_use_bytes"].to_list()],
+                     "text": peaks["allocator"].to_list(), "customdata": [_seconds(p) for p in peaks["peak_ps"].to_list()],
+                     "hovertemplate": "%{text} peak: %{y:.4g} " + unit + " at %{customdata}<extra></extra>"})
+    return {"data": data, "layout": _layout("Memory in use (solid) and reserved (dotted) per allocator", height=360,
+                                            xaxis={"title": {"text": "ms from the profile's start"}},
+                                            yaxis={"title": {"text": unit}})}
+
+
+# -- one profile's section ----------------------------------------------------------------------------------
+
+def _chart(p: ProfileReport, name: str, figures: list[tuple[str, dict[str, Any]]]) -> str:
+    fid = f"fig-{name}-{p.profile_id}"
+    figures.append((fid, p.charts[name]))
+    return f"<div class='chart' id='{fid}' data-chart='{name}'></div>"
+
+
+def _profile_html(p: ProfileReport, figures: list[tuple[str, dict[str, Any]]]) -> str:
     info = p.info
-    out = [f"<h2 id='profile-{p.profile_id}'>Profile {p.profile_id}</h2>",
-           f"<p class='meta'>{html.escape(str(info.get('source_path') or ''))} &middot; {info.get('format')} &middot; "
-           f"host {html.escape(str(info.get('host') or '-'))} &middot; {_seconds(info.get('duration_ps'))} profiled</p>"]
+    out = [f"<section><h2 id='{p.anchor}'>{html.escape(p.title)}</h2>",
+           f"<p class='meta'>{html.escape(_text(info.get('source_path')))} &middot; {html.escape(_text(info.get('format')))} &middot; "
+           f"host {html.escape(_text(info.get('host')))} &middot; {_seconds(info.get('duration_ps'))} profiled &middot; "
+           f"{_count(info.get('n_events'))} events &middot; profile {p.profile_id}</p>"]
     s = p.summary
     if s is not None:
         meaning = _MEANING.get(s["primary_bottleneck"], "")
         out.append(f"<p class='verdict'><b>Primary bottleneck: {html.escape(s['primary_bottleneck'])}</b> &mdash; "
                    f"{html.escape(meaning)}: "
                    f"{_pct(s['primary_share'])} of device time ({_seconds(s['primary_ps'])} of {_seconds(s['step_ps'])}, "
-                   f"{s['devices']} devices, {s['steps']} device-steps); runner-up {html.escape(str(s['runner_up']))} "
+                   f"{s['devices']} devices, {s['steps']} device-steps); runner-up {html.escape(_text(s['runner_up']))} "
                    f"{_pct(s['runner_up_share'])}. Input {s['input_level']}, launch overhead {s['launch_level']}, "
                    f"collectives {s['collective_level']}.</p>")
         rows = [(c, s[f"{c}_ps"], s[f"{c}_share"]) for c in BOTTLENECK_CATEGORIES]
@@ -277,38 +499,55 @@ def _profile_html(p: ProfileReport) -> str:
         if s.get("flop_utilization") is not None or s.get("hbm_utilization") is not None:
             out.append(f"<p class='meta'>FLOP utilization {_pct(s.get('flop_utilization'))}, HBM utilization "
                        f"{_pct(s.get('hbm_utilization'))} over device time.</p>")
-    if "steps" in p.charts:
-        out.append("<h3>Step breakdown</h3>" + _img(f"steps-{p.profile_id}", p.charts["steps"], "step breakdown chart"))
+    for name, heading in (("steps", "Step breakdown"), ("timeline", "Busiest step per device")):
+        if name in p.charts:
+            out.append(f"<h3>{heading}</h3>" + _chart(p, name, figures))
     if not p.steps.is_empty():
-        out.append(_table(p.steps.head(40), [
-            ("device", "device", None), ("step", "step", None), ("source", "source", None),
+        out.append("<h3>Steps</h3>" + _table(p.steps.head(200), [
+            ("device", "device", _text), ("step", "step", _text), ("source", "source", _text),
             ("step time", "step_ps", _seconds), ("busy", "busy_ps", _seconds),
-            ("primary", "primary_bottleneck", None), ("share", "primary_share", _pct),
+            ("primary", "primary_bottleneck", _text), ("share", "primary_share", _pct),
         ]))
     if not p.top_ops.is_empty():
         out.append("<h3>Top ops by self time</h3>" + _table(p.top_ops.with_columns(pl.col("op").str.slice(0, 80)), [
-            ("op", "op", None), ("device", "device_kind", None), ("category", "category", None),
-            ("occurrences", "occurrences", None), ("self time", "self_time_ps", _seconds),
-            ("share", "self_time_share", _pct), ("bound by", "bound_by", None),
+            ("op", "op", _text), ("device", "device_kind", _text), ("category", "category", _text),
+            ("occurrences", "occurrences", _count), ("self time", "self_time_ps", _seconds),
+            ("share", "self_time_share", _pct), ("FLOP rate", "flop_rate", _flops), ("HBM bandwidth", "hbm_bandwidth", _rate),
+            ("bound by", "bound_by", _text),
         ]))
+    if "roofline" in p.charts:
+        out.append("<h3>Roofline</h3>" + _chart(p, "roofline", figures))
     if not p.async_summary.is_empty():
         out.append("<h3>Async operations</h3>")
         if "async" in p.charts:
-            out.append(_img(f"async-{p.profile_id}", p.charts["async"], "async chart"))
+            out.append(_chart(p, "async", figures))
         out.append(_table(p.async_summary, [
-            ("kind", "kind", None), ("direction", "direction", None), ("ops", "ops", None),
-            ("unpaired", "unpaired", None), ("exposed", "exposed", None), ("partial", "partial", None),
-            ("hidden", "hidden", None), ("bytes", "bytes", lambda v: "-" if v is None else f"{v / 1e9:.4g} GB"),
+            ("kind", "kind", _text), ("direction", "direction", _text), ("ops", "ops", _count),
+            ("unpaired", "unpaired", _count), ("exposed", "exposed", _count), ("partial", "partial", _count),
+            ("hidden", "hidden", _count), ("bytes", "bytes", _bytes),
             ("exposed time", "exposed_ps", _seconds), ("mean bandwidth", "mean_bandwidth_bytes_per_s", _rate),
             ("aggregate", "aggregate_bandwidth_bytes_per_s", _rate), ("peak HBM", "peak_hbm_bytes_per_s", _rate),
             ("aggregate / peak", "aggregate_vs_peak", _pct),
         ]))
-    if "roofline" in p.charts:
-        out.append("<h3>Roofline</h3>" + _img(f"roofline-{p.profile_id}", p.charts["roofline"], "roofline chart"))
-    for note in p.notes:
-        out.append(f"<p class='meta'>{html.escape(note)}</p>")
-    return "\n".join(out)
+    if "memory" in p.charts:
+        out.append("<h3>Memory</h3>" + _chart(p, "memory", figures))
+    if not p.memory_peaks.is_empty():
+        out.append(_table(p.memory_peaks, [
+            ("allocator", "allocator", _text), ("peak in use", "peak_in_use_bytes", _bytes), ("at", "peak_ps", _seconds),
+            ("reserved then", "reserved_at_peak_bytes", _bytes), ("fragmentation then", "fragmentation_at_peak", _pct),
+            ("of capacity", "peak_capacity_share", _pct), ("allocations", "allocations", _count),
+            ("unfreed", "unfreed", _count), ("unfreed bytes", "unfreed_bytes", _bytes),
+        ]))
+    if not p.peak_contents.is_empty():
+        out.append("<h3>What each peak holds: the largest blocks live then, by op and shape</h3>" + _table(p.peak_contents, [
+            ("allocator", "allocator", _text), ("op", "op", _text), ("shape", "shape", _text), ("blocks", "blocks", _count),
+            ("bytes", "bytes", _bytes), ("share of the peak", "share", _pct),
+        ]))
+    out += [f"<p class='note'>{html.escape(note)}</p>" for note in p.notes]
+    return "\n".join([*out, "</section>"])
 
+
+# -- building it -----------------------------------------------------------------------------------------------
 
 class _Progress:
     """A one-line progress bar on a stream: done/total and the item being worked on."""
@@ -328,6 +567,112 @@ class _Progress:
         self.stream.flush()
 
 
+def _quiet(call: Callable[[], Any], name: str, failures: list[str]) -> pl.DataFrame:
+    """An analysis' rows; its "no rows for these profiles" warnings are said per profile by the report instead."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        try:
+            return call().pl()
+        except Exception as exc:  # an analysis that fails leaves its part out, said in the summary
+            failures.append(f"{name} failed, so its part is left out: {str(exc).splitlines()[0]}")
+            return pl.DataFrame()
+
+
+def _rows_of(frame: pl.DataFrame, pid: str) -> pl.DataFrame:
+    if frame.is_empty() or "profile_id" not in frame.columns:
+        return pl.DataFrame()
+    return frame.filter(pl.col("profile_id") == pid)
+
+
+def _needs(run: Run, module: str) -> str:
+    needs = run.engine.library.module(module).needs
+    return f"it needs {needs}" if needs else "the profile has no rows for it"
+
+
+def _fleet_rows(run: Run, wanted: list[str], info: pl.DataFrame, bottlenecks: pl.DataFrame, failures: list[str]) -> pl.DataFrame:
+    """Every profile's headline numbers: its accelerator's profile_summary row (else the host's), its bottleneck."""
+    summary = _quiet(lambda: run.analysis("fleet.profile_summary", profiles=wanted), "fleet.profile_summary", failures)
+    names = info.select("profile_id", pl.col("source_path").str.extract(r"([^/]+)$").alias("name"),
+                        pl.col("host").alias("info_host"), "job")
+    if summary.is_empty() or "profile_id" not in summary.columns:
+        rows = names.with_columns(pl.lit(None, pl.String).alias("device_kind"))
+    else:
+        rank = pl.col("device_kind").replace_strict({"tpu": 0, "gpu": 1}, default=2, return_dtype=pl.Int32)
+        best = summary.sort(rank).group_by("profile_id", maintain_order=True).first().drop("tags", strict=False)
+        rows = names.join(best, on="profile_id", how="left")
+    rows = rows.with_columns(pl.coalesce("host", "info_host").alias("host") if "host" in rows.columns else pl.col("info_host").alias("host"))
+    if not bottlenecks.is_empty() and "scope" in bottlenecks.columns:
+        primary = bottlenecks.filter(pl.col("scope") == "profile").select("profile_id", "primary_bottleneck")
+        rows = rows.join(primary, on="profile_id", how="left")
+    for column in ("steps", "step_time_ps", "max_step_time_ps", "busy_fraction", "idle_share", "memory_bound_share",
+                   "flop_utilization", "hbm_utilization", "primary_bottleneck"):
+        if column not in rows.columns:
+            rows = rows.with_columns(pl.lit(None).alias(column))
+    return rows.sort("name")
+
+
+def _worst(fleet: pl.DataFrame, sections: int) -> list[str]:
+    """The profiles that get a section when there are too many: the worst by idle share and by longest step, in turn."""
+    by_idle = fleet.sort("idle_share", descending=True, nulls_last=True)["profile_id"].to_list()
+    by_step = fleet.sort("max_step_time_ps", descending=True, nulls_last=True)["profile_id"].to_list()
+    chosen: list[str] = []
+    for a, b in zip(by_idle, by_step):
+        for pid in (a, b):
+            if pid not in chosen and len(chosen) < sections:
+                chosen.append(pid)
+    return chosen
+
+
+def _peak_contents(peaks: pl.DataFrame) -> pl.DataFrame:
+    """What each allocator's peak holds (memory_peaks' live_at_peak: blocks by op and shape), with the bytes no
+    allocation of the profile accounts for as a row of their own."""
+    if peaks.is_empty() or "live_at_peak" not in peaks.columns:
+        return pl.DataFrame()
+    live = (peaks.select("allocator", "peak_in_use_bytes", "live_at_peak").explode("live_at_peak")
+            .filter(pl.col("live_at_peak").is_not_null()).unnest("live_at_peak"))
+    before = (peaks.filter(pl.col("unattributed_at_peak_bytes").fill_null(0) > 0)
+              .select("allocator", "peak_in_use_bytes", pl.lit("(allocated before the profile began)").alias("op"),
+                      pl.lit(None, pl.String).alias("shape"), pl.lit(None, pl.Int64).alias("blocks"),
+                      pl.col("unattributed_at_peak_bytes").alias("bytes")))
+    rows = pl.concat([live.select(before.columns), before], how="vertical_relaxed") if not before.is_empty() else live
+    return rows.with_columns((pl.col("bytes") / pl.col("peak_in_use_bytes")).alias("share")).sort(
+        "allocator", "bytes", descending=[False, True])
+
+
+Window = tuple[str, int, int, Any]  # device name, start ps, end ps, step
+
+
+def _busiest_steps(run: Run, steps: pl.DataFrame) -> tuple[pl.DataFrame, dict[str, dict[int, Window]]]:
+    """Per profile and device (up to four a profile), its step with the most busy time and that step's longest
+    events: one query over the profiles' files only."""
+    if steps.is_empty():
+        return pl.DataFrame(), {}
+    best = (steps.filter(pl.col("busy_ps").is_not_null()).sort("busy_ps", descending=True)
+            .group_by("profile_id", "device_id", maintain_order=True).first().sort("profile_id", "device_id")
+            .group_by("profile_id", maintain_order=True).head(_TIMELINE_DEVICES))
+    windows: dict[str, dict[int, Window]] = {}
+    for pid, d, name, start, end, step, index in best.select(
+            "profile_id", "device_id", "device", "start_ps", "end_ps", "step", "step_index").iter_rows():
+        windows.setdefault(pid, {})[d] = (name, start, end, step if step is not None else index)
+    if not windows:
+        return pl.DataFrame(), {}
+    wanted = best.select("profile_id", "device_id", "start_ps", "end_ps").to_arrow()
+    con = snapshot_connection(run.engine.restricted(list(windows)), arrow={"_windows": wanted})
+    try:
+        events = pl.from_arrow(query(con, f"""
+            SELECT e.profile_id, e.device_id, t.name AS track, e.name, e.start_ps, e.dur_ps
+            FROM events e JOIN _windows w ON e.profile_id = w.profile_id AND e.device_id = w.device_id
+                 AND e.start_ps < w.end_ps AND e.start_ps + e.dur_ps > w.start_ps
+            JOIN tracks t ON t.profile_id = e.profile_id AND t.device_id = e.device_id AND t.track_id = e.track_id
+            WHERE e.dur_ps > 0
+            QUALIFY row_number() OVER (PARTITION BY e.profile_id, e.device_id ORDER BY e.dur_ps DESC) <= {_TIMELINE_EVENTS}
+            ORDER BY e.profile_id, e.device_id, t.name, e.start_ps""").to_arrow_table())
+    finally:
+        con.close()
+    assert isinstance(events, pl.DataFrame)
+    return events, windows
+
+
 def build_report(
     run: Run,
     *,
@@ -337,11 +682,14 @@ def build_report(
     charts: bool = True,
     progress: bool | None = None,
     title: str | None = None,
+    sections: int = 12,
 ) -> Report:
     """Build the report for ``profiles`` (default: all) of ``run``.
 
-    ``charts``: draw the PNG charts (needs matplotlib); ``progress``: a
-    progress bar on stderr (default: when stderr is a terminal).
+    ``top_ops``: op rows per profile; ``max_steps``: bars of the step chart; ``charts``: make the
+    figures (False: the numbers only, as :func:`terminal_summary` uses); ``progress``: a progress bar
+    on stderr (default: when stderr is a terminal); ``sections``: at most this many profile sections
+    (the worst by idle share and longest step), every profile staying in the summary table.
 
     Example:
         >>> report = build_report(run, top_ops=5)                              # doctest: +SKIP
@@ -349,75 +697,78 @@ def build_report(
     """
     wanted = list(run.profile_ids if profiles is None else profiles)
     show = sys.stderr.isatty() if progress is None else progress
-    bar = _Progress(len(wanted) + 1, stream=sys.stderr if show else None, label="report")
-    bar.step(0, "analyses")  # the analyses run once, for every profile
-    info = run.sql("SELECT profile_id, source_path, format, host, duration_ps FROM profiles").pl()
-    bottleneck_rows = run.bottlenecks(profiles=wanted).pl() if wanted else pl.DataFrame()
-    summaries = run.async_summary(profiles=wanted).pl() if wanted else pl.DataFrame()
-    roofline = _roofline(run, wanted)
+    info = run.sql("SELECT profile_id, source_path, format, host, tags['job'] AS job, duration_ps, n_events FROM profiles "
+                   "WHERE list_contains($ids, profile_id)", {"ids": wanted}).pl()
+    notes: list[str] = []
+    bottleneck_rows = _quiet(lambda: run.bottlenecks(profiles=wanted), "bottlenecks", notes) if wanted else pl.DataFrame()
+    fleet = _fleet_rows(run, wanted, info, bottleneck_rows, notes) if wanted else pl.DataFrame()
+    chosen = wanted if len(wanted) <= sections else _worst(fleet, sections)
+    order = {pid: i for i, pid in enumerate(fleet["profile_id"].to_list())} if not fleet.is_empty() else {}
+    chosen = sorted(chosen, key=lambda pid: order.get(pid, 0)) if len(wanted) <= sections else chosen
+    bar = _Progress(len(chosen) + 1, stream=sys.stderr if show else None, label="report")
+    bar.step(0, "analyses")
+    summaries = _quiet(lambda: run.async_summary(profiles=chosen), "async_summary", notes) if chosen else pl.DataFrame()
+    roofline = _quiet(lambda: run.roofline(profiles=chosen), "roofline", notes) if chosen else pl.DataFrame()
+    timeline = _quiet(lambda: run.memory_timeline(profiles=chosen, buckets=400), "memory_timeline", notes) if chosen and charts else pl.DataFrame()
+    peaks = _quiet(lambda: run.memory_peaks(profiles=chosen, top=8), "memory_peaks", notes) if chosen else pl.DataFrame()
+    sectioned = bottleneck_rows.filter((pl.col("scope") == "step") & pl.col("profile_id").is_in(chosen)) if (
+        charts and not bottleneck_rows.is_empty() and "scope" in bottleneck_rows.columns) else pl.DataFrame()
+    events, busiest = _busiest_steps(run, sectioned)
     bar.step(1, "charts")
-    plot_ok = charts and _matplotlib() is not None
     built: list[ProfileReport] = []
-    for i, pid in enumerate(wanted, start=2):  # step 1 was the analyses
-        rows = bottleneck_rows.filter(pl.col("profile_id") == pid) if not bottleneck_rows.is_empty() else bottleneck_rows
+    for i, pid in enumerate(chosen, start=2):
+        rows = _rows_of(bottleneck_rows, pid)
         summary_rows = rows.filter(pl.col("scope") == "profile") if not rows.is_empty() else rows
         step_rows = rows.filter(pl.col("scope") == "step") if not rows.is_empty() else rows
-        async_rows = summaries.filter(pl.col("profile_id") == pid) if not summaries.is_empty() else summaries
-        ops = pl.DataFrame()
-        if roofline is not None and not roofline.is_empty():
-            ops = (roofline.filter((pl.col("profile_id") == pid) & (pl.col("row_kind") == "op"))
-                   .sort("self_time_ps", descending=True, nulls_last=True).head(top_ops))
+        ops = _rows_of(roofline, pid)
+        ops = ops.filter(pl.col("row_kind") == "op") if not ops.is_empty() else ops
         meta = info.filter(pl.col("profile_id") == pid)
         profile = ProfileReport(
             profile_id=pid,
             info=meta.row(0, named=True) if not meta.is_empty() else {"profile_id": pid},
             summary=summary_rows.row(0, named=True) if not summary_rows.is_empty() else None,
             steps=step_rows,
-            top_ops=ops,
-            async_summary=async_rows,
+            top_ops=ops.sort("self_time_ps", descending=True, nulls_last=True).head(top_ops) if not ops.is_empty() else ops,
+            async_summary=_rows_of(summaries, pid),
+            memory_peaks=_rows_of(peaks, pid),
         )
-        if charts and not plot_ok:
-            profile.notes.append("Charts need matplotlib: pip install 'xprosql[plot]'.")
-        if plot_ok:
-            _draw(profile, step_rows, async_rows, roofline, pid, max_steps=max_steps)
+        if profile.summary is None:
+            profile.notes.append(f"No bottleneck breakdown or step chart: {_needs(run, 'steps.bottlenecks')}.")
+        if charts:
+            _figures(run, profile, step_rows, ops, _rows_of(timeline, pid), events, busiest, max_steps=max_steps)
         built.append(profile)
         bar.step(i, pid)
-    return Report(title=title or f"xprosql report: {run.path}", profiles=built)
+    return Report(title=title or f"xprosql report: {run.path}", profiles=built, fleet=fleet, notes=notes)
 
 
-def _roofline(run: Run, wanted: list[str]) -> pl.DataFrame | None:
-    if not wanted or not hasattr(run, "roofline"):
-        return None
-    try:
-        return run.roofline(profiles=wanted).pl()
-    except Exception:  # the roofline is optional here: a report without it is still a report
-        return None
-
-
-def _draw(profile: ProfileReport, step_rows: pl.DataFrame, async_rows: pl.DataFrame,
-          roofline: pl.DataFrame | None, pid: str, *, max_steps: int) -> None:
-    png = step_breakdown_chart(step_rows, title=f"Step time breakdown, profile {pid}", max_bars=max_steps)
-    if png:
-        profile.charts["steps"] = png
-    png = async_chart(async_rows)
-    if png:
-        profile.charts["async"] = png
-    if roofline is None:
-        return
-    try:
-        from xprosql.queries.roofline import plot_roofline
-    except ImportError:
-        return
-    with tempfile.TemporaryDirectory(prefix="xprosql-report-") as tmp:
-        path = Path(tmp) / "roofline.png"
-        try:
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore", UserWarning)  # matplotlib: an empty legend when no op has FLOPs
-                plot_roofline(roofline, path, profile_id=pid)
-        except ValueError as exc:  # no peaks, no ops with FLOPs: say so instead
-            profile.notes.append(f"No roofline chart: {exc}")
-            return
-        profile.charts["roofline"] = path.read_bytes()
+def _figures(run: Run, p: ProfileReport, steps: pl.DataFrame, ops: pl.DataFrame, timeline: pl.DataFrame,
+             events: pl.DataFrame, busiest: dict[str, dict[int, Window]], *, max_steps: int) -> None:
+    pid = p.profile_id
+    if not steps.is_empty():
+        p.charts["steps"] = _step_figure(steps, max_steps)
+        if steps.height > max_steps:
+            p.notes.append(f"The step chart shows the first {max_steps} of {steps.height} device-steps; the table has more.")
+        if busiest.get(pid):
+            p.charts["timeline"] = _timeline_figure(events.filter(pl.col("profile_id") == pid), busiest[pid])
+        else:
+            p.notes.append("No busiest-step timeline: no step of this profile has events with a duration.")
+    drawable = ops.filter(pl.col("flops").fill_null(0) > 0) if not ops.is_empty() else ops
+    drawable = drawable.filter(pl.col("operational_intensity").is_not_null() & pl.col("flop_rate").is_not_null()
+                               & (pl.col("flop_rate") > 0)) if not drawable.is_empty() else drawable
+    if not drawable.is_empty():
+        p.charts["roofline"] = _roofline_figure(drawable)
+    else:
+        why = ("no op has FLOPs: a PyTorch trace needs record_shapes=True (or a flops arg), an XLA profile op costs in its op stats or HLO"
+               if not ops.is_empty() else _needs(run, "ops.roofline"))
+        p.notes.append(f"No roofline chart: {why}.")
+    kinds = p.async_summary.filter(pl.col("window_ps") > 0).sort("window_ps") if not p.async_summary.is_empty() else p.async_summary
+    if not kinds.is_empty():
+        p.charts["async"] = _async_figure(kinds)
+    if not timeline.is_empty():
+        p.charts["memory"] = _memory_figure(timeline, p.memory_peaks)
+        p.peak_contents = _peak_contents(p.memory_peaks)
+    else:
+        p.notes.append(f"No memory timeline: {_needs(run, 'memory.memory_timeline')}.")
 
 
 def terminal_summary(run: Run, *, profiles: Sequence[str] | None = None, top_ops: int = 5) -> str:
@@ -426,7 +777,8 @@ def terminal_summary(run: Run, *, profiles: Sequence[str] | None = None, top_ops
     Example:
         >>> print(terminal_summary(run))                                      # doctest: +SKIP
     """
-    report = build_report(run, profiles=profiles, top_ops=top_ops, charts=False, progress=False)
+    wanted = list(run.profile_ids if profiles is None else profiles)
+    report = build_report(run, profiles=wanted, top_ops=top_ops, charts=False, progress=False, sections=max(len(wanted), 1))
     lines: list[str] = []
     for p in report.profiles:
         info, s = p.info, p.summary

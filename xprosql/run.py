@@ -27,6 +27,7 @@ from xprosql.engine.dask import DaskBackend
 from xprosql.errors import UnknownTableError, WarehouseError
 from xprosql.models.tables import INGEST_DERIVED_TABLES, PARTITION_COLUMN, TABLES
 from xprosql.queries import bottlenecks as _bottlenecks
+from xprosql.queries import export_trace as _export
 from xprosql.queries import fleet as _fleet
 from xprosql.queries import hta as _hta
 from xprosql.queries import roofline as _roofline
@@ -165,16 +166,32 @@ class Run:
         """
         return self.engine.analysis("memory.memory_timeline", profiles=profiles, buckets=buckets)
 
-    def memory_peaks(self, *, profiles: Profiles = None) -> Result:
-        """Per profile and device allocator: the peak of bytes in use, when (ps), reserved bytes and
-        fragmentation then, allocations, frees, unfreed blocks and the peak's share of the device's memory
-        (``sql/memory/memory_peaks.sql``)."""
-        return self.engine.analysis("memory.memory_peaks", profiles=profiles)
+    def memory_peaks(self, *, profiles: Profiles = None, by_step: bool = False, top: int | None = 5) -> Result:
+        """Per profile and device allocator (and step, ``by_step``): the peak of bytes in use, when (ps), the
+        ``top`` largest (op, shape) groups of blocks live then (None: all), reserved bytes and fragmentation then,
+        allocations, frees, unfreed blocks and the peak's share of the device's memory
+        (``sql/memory/memory_peaks.sql``).
+
+        Example:
+            >>> run.memory_peaks(by_step=True).pl().select("allocator", "step", "peak_in_use_bytes")  # doctest: +SKIP
+        """
+        return self.engine.analysis("memory.memory_peaks", profiles=profiles, by_step=by_step, top=top)
 
     def memory_leaks(self, *, profiles: Profiles = None) -> Result:
         """Allocations never freed by the profile's end, by the op (and shape) that allocated them, with each
         allocator's growth of bytes in use per step (bytes; ``sql/memory/memory_leaks.sql``)."""
         return self.engine.analysis("memory.memory_leaks", profiles=profiles)
+
+    def hlo_memory(self, *, profiles: Profiles = None, color: int | None = 0, top: int | None = 10) -> Result:
+        """Per HLO module and memory space, XProf's memory viewer numbers from the compiler's buffer assignment
+        (``sql/memory/hlo_memory.sql``): peak heap (bytes), its place in program order, the ``top`` largest
+        buffers live then (None: all) and the parameter / output / temporary totals (bytes). ``color`` is the
+        memory space (0: device memory; None: every space).
+
+        Example:
+            >>> run.hlo_memory(top=3).pl().select("module", "peak_heap_bytes", "top_buffers")  # doctest: +SKIP
+        """
+        return self.engine.analysis("memory.hlo_memory", profiles=profiles, color=color, top=top)
 
     def top_ops(self, *, profiles: Profiles = None, top: int | None = None) -> Result:
         """The ``top`` ops by total time (ps) per profile, device and track (``sql/ops/top_ops.sql``)."""
@@ -307,6 +324,84 @@ class Run:
             >>> run.worst(by="step", top=5).pl()                           # doctest: +SKIP
         """
         return _fleet.worst(self.engine, by=by, top=top, analysis=analysis, scope=scope)
+
+    def fleet_memory(self, *, by_step: bool = False, within: float = 0.1) -> Result:
+        """Per job (and step, ``by_step``): the highest memory peak of its profiles (bytes) and the profiles
+        whose peak came within ``within`` (a share, 0..1) of their device's memory (``sql/fleet/job_memory.sql``).
+
+        Example:
+            >>> run.fleet_memory(within=0.05).pl().filter(pl.col("near_capacity_profiles") > 0)  # doctest: +SKIP
+        """
+        return self.engine.analysis("fleet.job_memory", by_step=by_step, within=within)
+
+    # -- jobs: many ranks, one job ------------------------------------------------------------------
+
+    def jobs(self, *, profiles: Profiles = None) -> Result:
+        """The jobs of the warehouse: profiles of one run, one distributed job or one ``job`` tag, with the
+        ranks and hosts present and the ranks missing (``sql/jobs/jobs.sql``).
+
+        Example:
+            >>> run.jobs().pl().select("job", "profiles", "world_size", "missing_ranks")  # doctest: +SKIP
+        """
+        return self.engine.analysis("jobs.jobs", profiles=profiles)
+
+    def clock_offsets(self, *, profiles: Profiles = None, min_matched: int | None = None) -> Result:
+        """Each profile's offset to its job's clock (ps: job time = profile time + ``offset_ps``) and its source:
+        the reference member, a shared host clock, matched collective ends, or the wall clocks
+        (``sql/jobs/clock_offsets.sql``). ``min_matched``: instances matched with the reference a member on
+        another host needs for the collective-ends offset (default 3)."""
+        return self.engine.analysis("jobs.clock_offsets", profiles=profiles,
+                                    **({} if min_matched is None else {"min_matched": min_matched}))
+
+    def collectives(self, *, profiles: Profiles = None, min_matched: int | None = None) -> Result:
+        """One row per collective instance per rank of every job, on the job clock (ps): kind, process group,
+        bytes, the last rank to arrive, the wait it imposed, transfer time after it, and NCCL's algbw / busbw
+        (bytes/s) (``sql/jobs/collectives.sql``). ``min_matched`` as in :meth:`clock_offsets`.
+
+        Example:
+            >>> run.collectives().pl().filter(pl.col("matched")).select("kind", "last_member", "arrival_skew_ps")  # doctest: +SKIP
+        """
+        return self.engine.analysis("jobs.collectives", profiles=profiles,
+                                    **({} if min_matched is None else {"min_matched": min_matched}))
+
+    def stragglers(self, *, profiles: Profiles = None, min_cost_share: float | None = None,
+                   min_matched: int | None = None) -> Result:
+        """Per job, step and rank: the delay it imposed on the others at collectives (ps), its rank in the step,
+        whether it is a straggler (imposed at least ``min_cost_share`` of the step, 0..1, default 0.2), HTA's
+        late-start metric and the kernel pace (``sql/jobs/stragglers.sql``).
+
+        Example:
+            >>> run.stragglers().pl().filter(pl.col("straggler")).select("step", "member", "delay_imposed_ps")  # doctest: +SKIP
+        """
+        params: dict[str, Any] = {}
+        if min_cost_share is not None:
+            params["min_cost_share"] = min_cost_share
+        if min_matched is not None:
+            params["min_matched"] = min_matched
+        return self.engine.analysis("jobs.stragglers", profiles=profiles, **params)
+
+    def what_if(self, *, profiles: Profiles = None, min_matched: int | None = None) -> Result:
+        """Per job and step (and per job): the step time if the step's worst rank ran like the median rank, and
+        the saving (ps, share 0..1) (``sql/jobs/what_if.sql``)."""
+        return self.engine.analysis("jobs.what_if", profiles=profiles,
+                                    **({} if min_matched is None else {"min_matched": min_matched}))
+
+    # -- timeline export ----------------------------------------------------------------------------
+
+    def export_trace(self, out: str | os.PathLike[str], *, profiles: Profiles = None, where: str | None = None,
+                     start_ps: int | None = None, end_ps: int | None = None, args: bool = True, flows: bool = True,
+                     counters: bool = True, memory: bool = True, job_clock: bool = False) -> _export.ExportSummary:
+        """Write a selection as a Perfetto trace (TracePacket protobuf) for ui.perfetto.dev: a process per device,
+        a track per line, slices with their stats as args, launch -> kernel flows, counter tracks and the memory
+        timeline (``xprosql/queries/export_trace.py``). ``where``: a SQL predicate on ``events``; ``start_ps`` /
+        ``end_ps``: a window of each profile, ps from its start; ``job_clock``: a job's ranks side by side on its
+        clock (``sql/jobs/clock_offsets.sql``). Streams in bounded memory.
+
+        Example:
+            >>> run.export_trace("x.perfetto-trace", profiles=["e312ef8bd5a5104a"], start_ps=0, end_ps=10**10)  # doctest: +SKIP
+        """
+        return _export.export_trace(self.engine, out, profiles=profiles, where=where, start_ps=start_ps, end_ps=end_ps,
+                                    args=args, flows=flows, counters=counters, memory=memory, job_clock=job_clock)
 
     # -- lifetime -----------------------------------------------------------------------------------
 

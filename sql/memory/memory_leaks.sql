@@ -3,8 +3,8 @@
 --
 -- Built on the memory_events table (memory._memory_events). A block is unfreed when its
 -- allocation is the last event at its address. The op: XSpace's tf_op; for Kineto the
--- innermost op (cpu_op) around the [memory] event on its thread (ops._nesting), and the
--- outermost one too (top_op: what the program called). Growth per step: the bytes in use
+-- innermost op (cpu_op) around the [memory] event on its thread, and the outermost one too
+-- (top_op: what the program called; memory._allocation_ops). Growth per step: the bytes in use
 -- after the last event of each step less those before its start (after the last event
 -- before it, else before its first event), averaged over the profile's steps (steps.steps,
 -- its first device's steps); NULL without steps.
@@ -39,38 +39,13 @@ blocks AS (
     WHERE address IS NOT NULL
 ),
 unfreed AS (
-    SELECT b.*, e.track_id
-    FROM blocks AS b
-    JOIN events AS e USING (profile_id, event_id)
-    WHERE b.kind = 'allocation' AND b.next_kind IS NULL
+    SELECT * FROM blocks WHERE kind = 'allocation' AND next_kind IS NULL
 ),
--- Kineto: the ops around each unfreed allocation on its thread.
-nesting_events AS (
-    SELECT e.profile_id, e.track_id, e.event_id, e.start_ps, e.dur_ps
-    FROM events AS e
-    WHERE e.category = 'cpu_op' AND e.start_ps IS NOT NULL
-      AND (e.profile_id, e.track_id) IN (SELECT profile_id, track_id FROM unfreed)
-    UNION ALL
-    SELECT profile_id, track_id, event_id, start_ps, 0 FROM unfreed
-),
-nesting AS MATERIALIZED (
--- @include ops._nesting
-),
--- Each allocation's innermost op (its parent) and outermost (the root op around it: the latest root to start
--- before it, when it has not ended by then).
-roots AS (
-    SELECT n.profile_id, n.track_id, e.start_ps, e.start_ps + e.dur_ps AS end_ps, CAST(e.name AS VARCHAR) AS name
-    FROM nesting AS n
-    JOIN events AS e USING (profile_id, event_id)
-    WHERE n.depth = 0 AND e.category = 'cpu_op'
+allocations AS (
+    SELECT profile_id, event_id FROM unfreed
 ),
 around AS (
-    SELECT u.profile_id, u.event_id, CAST(p.name AS VARCHAR) AS op,
-        CASE WHEN r.end_ps >= u.start_ps THEN r.name END AS top_op
-    FROM unfreed AS u
-    JOIN nesting AS n ON n.profile_id = u.profile_id AND n.event_id = u.event_id
-    LEFT JOIN events AS p ON p.profile_id = n.profile_id AND p.event_id = n.parent_id
-    ASOF LEFT JOIN roots AS r ON r.profile_id = u.profile_id AND r.track_id = u.track_id AND r.start_ps <= u.start_ps
+-- @include memory._allocation_ops
 ),
 -- In use after the last event of each step (and before the first), per allocator.
 step_ends AS (
@@ -92,10 +67,7 @@ growth AS (
     GROUP BY ALL
 )
 SELECT
-    u.profile_id, u.device_id, u.allocator,
-    coalesce(u.op, a.op) AS op,
-    CASE WHEN u.op IS NULL THEN a.top_op END AS top_op,
-    u.shape,
+    u.profile_id, u.device_id, u.allocator, a.op, a.top_op, u.shape,
     count(*) AS unfreed,
     CAST(sum(u.bytes) AS BIGINT) AS unfreed_bytes,
     min(u.start_ps) AS first_ps,
@@ -105,5 +77,5 @@ SELECT
 FROM unfreed AS u
 LEFT JOIN around AS a USING (profile_id, event_id)
 LEFT JOIN growth AS g USING (profile_id, device_id, allocator)
-GROUP BY u.profile_id, u.device_id, u.allocator, coalesce(u.op, a.op), CASE WHEN u.op IS NULL THEN a.top_op END, u.shape
+GROUP BY u.profile_id, u.device_id, u.allocator, a.op, a.top_op, u.shape
 ORDER BY u.profile_id, unfreed_bytes DESC, op

@@ -26,6 +26,7 @@ from xprosql.protos import hlo_pb2
 __all__ = [
     "HLO_MODULE_COLUMNS",
     "HLO_OP_COLUMNS",
+    "buffer_assignment_rows",
     "format_convolution_dims",
     "format_shape",
     "format_window",
@@ -53,6 +54,7 @@ _NON_ARRAY_TYPES = frozenset((_PT.TUPLE, _PT.TOKEN, _PT.OPAQUE_TYPE, _PT.BUFFER,
 # The row layouts are the warehouse tables (program_id unsigned, as device stats carry it).
 HLO_MODULE_COLUMNS: pa.Schema = TABLES["hlo_modules"]
 HLO_OP_COLUMNS: pa.Schema = TABLES["hlo_ops"]
+BUFFER_COLUMNS: pa.Schema = TABLES["memory_buffers"]
 
 
 # ---------------------------------------------------------------------------
@@ -228,6 +230,10 @@ def _normalize_program_id(program_id: int | None) -> int | None:
 
 
 def _parse_module(data: bytes) -> hlo_pb2.HloModuleProto:
+    return _parse_proto(data).hlo_module
+
+
+def _parse_proto(data: bytes) -> hlo_pb2.HloProto:
     if not data:
         raise ValueError("empty HLO proto")
     proto = hlo_pb2.HloProto()
@@ -238,7 +244,7 @@ def _parse_module(data: bytes) -> hlo_pb2.HloModuleProto:
     # Random bytes can decode as nothing but unknown fields; require real content.
     if not proto.HasField("hlo_module") or not proto.hlo_module.computations:
         raise ValueError("bytes are not a serialized xla.HloProto: no HLO module with computations")
-    return proto.hlo_module
+    return proto
 
 
 def _entry_name(module: hlo_pb2.HloModuleProto) -> str:
@@ -380,3 +386,124 @@ def parse_hlo_proto(data: bytes, *, program_id: int | None) -> tuple[dict[str, A
         "hlo_proto": data,
     }
     return module_row, rows
+
+
+# ---------------------------------------------------------------------------
+# Buffer assignment: what XProf's memory viewer reads.
+# ---------------------------------------------------------------------------
+
+# Bytes an element takes in a shape without layout (XLA's ByteWidth; sub-byte types take a byte).
+_WIDE = {"s16": 2, "u16": 2, "f16": 2, "bf16": 2, "s32": 4, "u32": 4, "f32": 4,
+         "s64": 8, "u64": 8, "f64": 8, "c64": 8, "c128": 16}
+_POINTER_BYTES = 8  # a tuple's index table holds a pointer an element
+
+
+def _unpadded_bytes(shape: hlo_pb2.ShapeProto) -> int:
+    etype = shape.element_type
+    if etype == _PT.TUPLE:
+        return _POINTER_BYTES * len(shape.tuple_shapes)
+    if etype in _NON_ARRAY_TYPES:
+        return 0
+    elements = 1
+    for size in shape.dimensions:
+        elements *= size
+    return elements * _WIDE.get(primitive_type_name(etype), 1)
+
+
+def _buffer_shape(shape: hlo_pb2.ShapeProto, shape_index: Iterable[int]) -> hlo_pb2.ShapeProto:
+    # XProf resolves a buffer's shape by the last index only, into the top-level tuple.
+    index = list(shape_index)
+    if index and index[-1] < len(shape.tuple_shapes):
+        return shape.tuple_shapes[index[-1]]
+    return shape
+
+
+def _allocation_kind(allocation: hlo_pb2.BufferAllocationProto) -> str:
+    # XProf's precedence (BufferAllocationStruct::category).
+    if allocation.is_entry_computation_parameter:
+        return "parameter"
+    if allocation.maybe_live_out:
+        return "output"
+    if allocation.is_thread_local:
+        return "thread_local"
+    if allocation.is_constant:
+        return "constant"
+    return "temp"
+
+
+def buffer_assignment_rows(data: bytes, *, program_id: int | None) -> list[dict[str, Any]]:
+    """One row per logical buffer of a serialized ``xla.HloProto``'s buffer assignment (table
+    ``memory_buffers``), with its place in the heap simulator's program order.
+
+    An allocation no logical buffer is assigned to still has one row, its buffer columns null, so
+    allocation totals count it. A module compiled without a buffer assignment has no rows.
+    Raises ValueError when the bytes are not an HloProto.
+
+    Example:
+        >>> rows = buffer_assignment_rows(blob, program_id=7)        # doctest: +SKIP
+        >>> rows[0]["instruction"], rows[0]["size_bytes"], rows[0]["kind"]  # doctest: +SKIP
+        ('copy-start', 5368709120, 'temp')
+    """
+    proto = _parse_proto(bytes(data))
+    module, assignment = proto.hlo_module, proto.buffer_assignment
+    pid = _normalize_program_id(program_id)
+    instructions = {i.id: i for c in module.computations for i in c.instructions}
+    logical = {b.id: b for b in assignment.logical_buffers}
+
+    # Program order: a buffer's events in the first heap simulator trace that has them.
+    trace_of: dict[int, int] = {}
+    alloc_at: dict[int, int] = {}
+    free_at: dict[int, int] = {}
+    shares: dict[int, int] = {}
+    kinds = hlo_pb2.HeapSimulatorTrace.Event
+    for trace_index, trace in enumerate(assignment.heap_simulator_traces):
+        for position, event in enumerate(trace.events):
+            if trace_of.setdefault(event.buffer_id, trace_index) != trace_index:
+                continue
+            if event.kind == kinds.FREE:
+                free_at[event.buffer_id] = position
+            else:
+                alloc_at[event.buffer_id] = position
+                if event.kind == kinds.SHARE_WITH:
+                    shares[event.buffer_id] = event.share_with_canonical_id
+
+    def canonical(buffer_id: int) -> int:
+        seen = {buffer_id}
+        while buffer_id in shares and shares[buffer_id] not in seen:
+            buffer_id = shares[buffer_id]
+            seen.add(buffer_id)
+        return buffer_id
+
+    rows: list[dict[str, Any]] = []
+    for allocation in assignment.buffer_allocations:
+        common = {
+            "program_id": pid, "module": module.name, "kind": _allocation_kind(allocation),
+            "allocation_index": allocation.index, "allocation_bytes": allocation.size,
+            "is_parameter": allocation.is_entry_computation_parameter, "maybe_live_out": allocation.maybe_live_out,
+            "is_thread_local": allocation.is_thread_local, "is_constant": allocation.is_constant,
+            "is_tuple": allocation.is_tuple,
+        }
+        empty = dict.fromkeys(BUFFER_COLUMNS.names)
+        if not allocation.assigned:
+            rows.append({**empty, **common, "color": allocation.color})
+            continue
+        for assigned in allocation.assigned:
+            buffer = logical.get(assigned.logical_buffer_id)
+            instruction = instructions.get(buffer.defined_at.instruction_id) if buffer is not None else None
+            if buffer is None or instruction is None:
+                raise ValueError(f"module {module.name!r}: allocation {allocation.index} names logical buffer "
+                                 f"{assigned.logical_buffer_id}, which the buffer assignment does not define")
+            shape = _buffer_shape(instruction.shape, buffer.defined_at.shape_index)
+            buffer_id = buffer.id
+            rows.append({
+                **empty, **common,
+                "logical_buffer_id": buffer_id, "size_bytes": buffer.size, "unpadded_bytes": _unpadded_bytes(shape),
+                "shape": format_shape(shape), "element_type": primitive_type_name(shape.element_type),
+                "instruction": instruction.name, "shape_index": list(buffer.defined_at.shape_index),
+                "opcode": instruction.opcode, "op_name": _or_none(instruction.metadata.op_name),
+                "color": buffer.color, "offset_bytes": assigned.offset,
+                "heap_trace": trace_of.get(buffer_id), "alloc_position": alloc_at.get(buffer_id),
+                "free_position": free_at.get(buffer_id), "shares_with": shares.get(buffer_id),
+                "canonical_buffer_id": canonical(buffer_id),
+            })
+    return rows

@@ -10,7 +10,8 @@ pairs ``tracks``, slices and instants ``events``; the GPU activity also fills
 Two decoders give identical tables: a columnar one (:mod:`._kineto_columnar`,
 compiled with numba, about ten times faster) for traces whose fields have the
 types Kineto writes, and a per-event one (:mod:`._kineto_reference`) for the
-rest, and for all traces without numba or with ``XPROSQL_PURE_PYTHON`` set.
+rest, for traces too small to repay loading the compiled scan in a process
+(:mod:`._compiled`), and for all traces without numba or with ``XPROSQL_PURE_PYTHON`` set.
 
 Example:
     >>> for table, batch in decode_kineto(open("rank0.json.gz", "rb").read(), source="rank0.json.gz"):  # doctest: +SKIP
@@ -28,8 +29,8 @@ import pyarrow as pa
 
 from xprosql.errors import IngestError
 from xprosql.ingest import _kineto_reference
+from xprosql.ingest._compiled import use_compiled
 from xprosql.ingest._kineto_common import GPU_CATEGORIES, split
-from xprosql.ingest.xspace_wire import fast_available
 
 __all__ = ["GPU_CATEGORIES", "decode_kineto", "load_trace"]
 
@@ -100,7 +101,7 @@ def decode_kineto(data: bytes, *, source: str) -> Iterator[tuple[str, pa.RecordB
 
 def _decode(data: bytes, source: str) -> list[tuple[str, pa.RecordBatch]] | Iterator[tuple[str, pa.RecordBatch]]:
     """The columnar path when numba is there (as for XSpace) and the trace is regular, else the per-event one."""
-    if fast_available():
+    if use_compiled("kineto", len(data)):
         from xprosql.ingest import _kineto_columnar
 
         try:

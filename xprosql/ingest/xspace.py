@@ -240,9 +240,10 @@ def _start_ns(raw: RawSpace) -> tuple[int, bool, np.ndarray]:
     return start_ns, True, np.array(bases, dtype=np.int64)
 
 
-def _hlo_tables(planes: list[xplane_pb2.XPlane], source: str) -> tuple[list[dict], list[dict]]:
+def _hlo_tables(planes: list[xplane_pb2.XPlane], source: str) -> tuple[list[dict], list[dict], list[dict]]:
     modules: list[dict] = []
     ops: list[dict] = []
+    buffers: list[dict] = []
     for plane in planes:
         if plane.name != "/host:metadata":
             continue
@@ -261,11 +262,13 @@ def _hlo_tables(planes: list[xplane_pb2.XPlane], source: str) -> tuple[list[dict
                 continue
             try:
                 module, module_ops = hlo.parse_hlo_proto(proto_bytes, program_id=program_id)
+                module_buffers = hlo.buffer_assignment_rows(proto_bytes, program_id=program_id)
             except ValueError as exc:
                 raise IngestError(source, f"HLO proto of {md.name!r} does not parse: {exc}") from None
             modules.append(module)
             ops.extend(module_ops)
-    return modules, ops
+            buffers.extend(module_buffers)
+    return modules, ops, buffers
 
 
 def decode_xspace(data: bytes, *, source: str, batch_rows: int = 500_000) -> Iterator[tuple[str, pa.RecordBatch]]:
@@ -285,11 +288,13 @@ def decode_xspace(data: bytes, *, source: str, batch_rows: int = 500_000) -> Ite
 def _decode(raw: RawSpace, *, source: str, batch_rows: int) -> Iterator[tuple[str, pa.RecordBatch]]:
     planes = raw.planes
     start_ns, has_timed_events, line_base_ps = _start_ns(raw)
-    module_rows, op_rows = _hlo_tables(planes, source)
+    module_rows, op_rows, buffer_rows = _hlo_tables(planes, source)
     if module_rows:
         yield "hlo_modules", pa.RecordBatch.from_pylist(module_rows, schema=TABLES["hlo_modules"])
     for i in range(0, len(op_rows), batch_rows):
         yield "hlo_ops", pa.RecordBatch.from_pylist(op_rows[i : i + batch_rows], schema=TABLES["hlo_ops"])
+    for i in range(0, len(buffer_rows), batch_rows):
+        yield "memory_buffers", pa.RecordBatch.from_pylist(buffer_rows[i : i + batch_rows], schema=TABLES["memory_buffers"])
 
     kinds = [_device_kind(plane.name) for plane in planes]
     stat_names = pl.DataFrame(

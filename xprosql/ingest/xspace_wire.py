@@ -10,7 +10,8 @@ implementations give identical values, chunks included:
 - :func:`read_raw_python`: walks protobuf objects (upb). Always available; holds
   the whole file's objects at once.
 - :func:`read_raw_fast`: a numba-compiled walk over the wire format, about an
-  order of magnitude faster; used when numba is installed.
+  order of magnitude faster; used when numba is installed, for files large enough
+  to repay loading it (:mod:`xprosql.ingest._compiled`).
 
 Example:
     >>> raw = read_raw(open("tpu.xplane.pb", "rb").read(), source="tpu.xplane.pb")   # doctest: +SKIP
@@ -20,9 +21,7 @@ Example:
 
 from __future__ import annotations
 
-import importlib.util
 import mmap
-import os
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, cast
@@ -32,6 +31,7 @@ import pyarrow as pa
 from google.protobuf.message import DecodeError
 
 from xprosql.errors import IngestError
+from xprosql.ingest import _compiled
 from xprosql.protos import xplane_pb2
 
 __all__ = [
@@ -127,13 +127,16 @@ def _no_events() -> RawEvents:
 
 
 def fast_available() -> bool:
-    """True when the numba decoder can run (and XPROSQL_PURE_PYTHON is not set)."""
-    return not os.environ.get("XPROSQL_PURE_PYTHON") and importlib.util.find_spec("numba") is not None
+    """True when the numba decoder can run (numba installed, XPROSQL_PURE_PYTHON not set)."""
+    return _compiled.available()
 
 
 def read_raw(data: bytes, *, source: str, chunk_bytes: int | None = None) -> RawSpace:
-    """Decode with the fastest available implementation; chunks of about ``chunk_bytes`` (default CHUNK_BYTES)."""
-    read = read_raw_fast if fast_available() else read_raw_python
+    """Decode with the faster implementation for this file in this process (:mod:`xprosql.ingest._compiled`);
+    chunks of about ``chunk_bytes`` (default CHUNK_BYTES)."""
+    # A mapped file is larger than half the free memory: only the compiled walk streams it.
+    mapped = isinstance(data, mmap.mmap)
+    read = read_raw_fast if _compiled.use_compiled("xspace", len(data), needed=mapped) else read_raw_python
     return read(data, source=source, chunk_bytes=chunk_bytes)
 
 
