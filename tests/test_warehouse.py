@@ -274,7 +274,7 @@ def test_readme_recipes_read_the_warehouse_without_xprosql(warehouse: Path) -> N
     snippet = section[section.index("```python") + len("```python"):]
     snippet = snippet[:snippet.index("```")]
     events = xprosql.load(warehouse).sql("SELECT count(*) FROM events").rows()[0][0]
-    script = textwrap.dedent(snippet).replace('"run/"', repr(str(warehouse)))
+    script = textwrap.dedent(snippet).replace('"run/"', repr(f"{warehouse}/"))
     out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True).stdout.split()
     assert out == [str(events)] * (len(out)) and len(out) == 5, out  # deltalake, Polars, DuckDB, pandas, Dask
     xprosql.compact(warehouse)
