@@ -12,6 +12,7 @@ __all__ = [
     "UnknownTableError",
     "WarehouseError",
     "XprosqlError",
+    "one_line",
 ]
 
 
@@ -64,3 +65,9 @@ class NotApplicableWarning(UserWarning):
 
 class AnalysisError(XprosqlError):
     """A file of the SQL library is malformed (a bug of xprosql or of a user's own module)."""
+
+
+def one_line(message: str) -> str:
+    """A message of several lines (DuckDB's: the query line, a caret under it) as one, as the CLI prints it."""
+    lines = [line.strip() for line in message.strip().splitlines()]
+    return " ".join(line for line in lines if line.strip("^ ")) or message.strip()

@@ -1,9 +1,10 @@
-"""Memory analyses over a fleet: each query as a whole process (what a user types), with its peak RSS.
+"""Fleet analyses (memory, many-rank jobs) as whole processes (what a user types), with their peak RSS.
 
 Run on a warehouse of the 1,000-profile corpus (benchmarks/make_corpus.py, then
 ``xprosql ingest CORPUS --into WH --jobs 2`` and ``xprosql compact WH``)::
 
-    python benchmarks/memory_fleet.py --warehouse /tmp/wh
+    python benchmarks/fleet_processes.py --warehouse /tmp/wh --area memory
+    python benchmarks/fleet_processes.py --warehouse /tmp/wh --area jobs
 
 Each query runs in a fresh ``python -c`` process that opens the warehouse, runs it and fetches every
 row as Arrow; the line gives that process's wall time (import, open, query, fetch), the query alone
@@ -29,8 +30,8 @@ query_s = time.perf_counter() - start
 print(json.dumps({"rows": rows, "query_s": query_s, "rss_gb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1e6}))
 """
 
-# label -> (Run method, its options)
-QUERIES: dict[str, tuple[str, dict]] = {
+# area -> label -> (Run method, its options)
+QUERIES: dict[str, dict[str, tuple[str, dict]]] = {"memory": {
     "memory timeline, every profile, 100 spans each": ("memory_timeline", {"buckets": 100}),
     "memory timeline, every event of every profile": ("memory_timeline", {}),
     "memory peaks, every profile and allocator": ("memory_peaks", {}),
@@ -38,7 +39,13 @@ QUERIES: dict[str, tuple[str, dict]] = {
     "fleet memory per job and step, within 10% of capacity": ("fleet_memory", {"by_step": True, "within": 0.1}),
     "hlo_memory, every module": ("hlo_memory", {}),
     "memory leaks, every profile": ("memory_leaks", {}),
-}
+}, "jobs": {
+    "jobs of the warehouse": ("jobs", {}),
+    "clock offsets of every profile": ("clock_offsets", {}),
+    "matched collectives of every job": ("collectives", {}),
+    "stragglers per job and step": ("stragglers", {}),
+    "what if the worst rank ran like the median": ("what_if", {}),
+}}
 
 
 def measure(warehouse: Path, method: str, options: dict, repeat: int) -> dict[str, float]:
@@ -57,11 +64,12 @@ def measure(warehouse: Path, method: str, options: dict, repeat: int) -> dict[st
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--warehouse", type=Path, required=True)
+    parser.add_argument("--area", choices=sorted(QUERIES), default="memory")
     parser.add_argument("--repeat", type=int, default=2)
     args = parser.parse_args()
     info = measure(args.warehouse, "sql", {"query": "SELECT count(*) AS n FROM profiles"}, 1)
     print(f"warehouse {args.warehouse}: opened and counted in {info['process_s']:.2f} s (whole process)", flush=True)
-    for label, (method, options) in QUERIES.items():
+    for label, (method, options) in QUERIES[args.area].items():
         r = measure(args.warehouse, method, options, args.repeat)
         print(f"{label} (run.{method}(**{options})): {r['process_s']:.2f} s whole process, {r['query_s']:.2f} s the query, "
               f"{r['rows']} rows, peak RSS {r['rss_gb']:.2f} GB", flush=True)

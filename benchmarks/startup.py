@@ -1,0 +1,95 @@
+"""Start-up and small files as whole processes (what a user types): wall time, CPU time and peak RSS.
+
+Run (``--before DIR``: a checkout of an older xprosql, run with the same interpreter, for a
+before/after table; ``--xprof``: XProf's ``events_db.xspace_to_parquet`` on the same XSpace files)::
+
+    git worktree add /tmp/xprosql-before <commit>
+    python benchmarks/startup.py --before /tmp/xprosql-before --xprof
+
+Each row is the best of ``--repeat`` processes. The numba cache is warm (a first run after an
+install compiles: see ``XPROSQL_COMPILED`` in xprosql/ingest/_compiled.py).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPOSITORY = Path(__file__).resolve().parents[1]
+SAMPLES = sorted([*(REPOSITORY / "tests" / "data" / "xspace").glob("*.xplane.pb"),
+                  *(REPOSITORY / "tests" / "data" / "kineto").glob("*.json.gz")])
+_XPROF = ("import sys\nfrom xprof.convert.events_db.python.pywrap_events_db_c_api import xspace_to_parquet\n"
+          "xspace_to_parquet(input_path=sys.argv[1], output_path=sys.argv[2])\n")
+
+
+def run(command: list[str], *, tree: Path | None, repeat: int, fresh: Path | None = None) -> tuple[float, float, float]:
+    """(wall s, CPU s, peak RSS MB) of the best of ``repeat`` runs of ``command``; ``fresh`` is removed before each."""
+    env = dict(os.environ)
+    if tree is not None:
+        env["PYTHONPATH"] = str(tree)
+    best: tuple[float, float, float] | None = None
+    for _ in range(repeat):
+        if fresh is not None:
+            shutil.rmtree(fresh, ignore_errors=True)
+        start = time.perf_counter()
+        process = subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        _, status, usage = os.wait4(process.pid, 0)
+        wall = time.perf_counter() - start
+        if os.waitstatus_to_exitcode(status) != 0:
+            raise RuntimeError(f"{' '.join(command)} failed")
+        result = (wall, usage.ru_utime + usage.ru_stime, usage.ru_maxrss / 1024)
+        best = result if best is None or result[0] < best[0] else best
+    assert best is not None
+    return best
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--before", type=Path, help="an older checkout to compare with")
+    parser.add_argument("--xprof", action="store_true", help="XProf's events_db converter on the XSpace samples")
+    parser.add_argument("--repeat", type=int, default=3)
+    args = parser.parse_args()
+    py = sys.executable
+    trees = {"after": REPOSITORY, **({"before": args.before} if args.before else {})}
+    with tempfile.TemporaryDirectory() as scratch:
+        warehouse = Path(scratch) / "wh"
+        subprocess.run([py, "-m", "xprosql.cli", "ingest", str(SAMPLES[0]), "--into", str(warehouse), "--quiet"],
+                       check=True, env=dict(os.environ, PYTHONPATH=str(REPOSITORY)), stdout=subprocess.DEVNULL)
+        rows: list[tuple[str, list[str], bool]] = [
+            ("import xprosql", [py, "-c", "import xprosql"], False),
+            ("xprosql --help", [py, "-m", "xprosql.cli", "--help"], False),
+            ("xprosql tables DIR", [py, "-m", "xprosql.cli", "tables", str(warehouse)], False),
+        ]
+        for sample in SAMPLES:
+            rows.append((f"xprosql ingest {sample.name} ({sample.stat().st_size / 1e6:.2f} MB)",
+                         [py, "-m", "xprosql.cli", "ingest", str(sample), "--into", "{out}", "--quiet"], True))
+        print("| what | " + " | ".join(f"{name}: wall, CPU, peak RSS" for name in trees)
+              + (" | XProf events_db: wall, CPU, peak RSS |" if args.xprof else " |"))
+        print("|---|" + "---|" * (len(trees) + args.xprof))
+        for label, command, writes in rows:
+            cells = []
+            out = Path(scratch) / "out"
+            for tree in trees.values():
+                cells.append("{:.2f} s, {:.2f} s, {:.0f} MB".format(*run(
+                    [c.replace("{out}", str(out)) for c in command], tree=tree, repeat=args.repeat,
+                    fresh=out if writes else None)))
+            if args.xprof:
+                sample = Path(command[4]) if writes else None
+                if sample is not None and sample.name.endswith(".xplane.pb"):
+                    copy = Path(scratch) / sample.name
+                    shutil.copy(sample, copy)
+                    cells.append("{:.2f} s, {:.2f} s, {:.0f} MB".format(*run(
+                        [py, "-c", _XPROF, str(copy), str(out)], tree=None, repeat=args.repeat, fresh=out)))
+                else:
+                    cells.append("—")
+            print(f"| {label} | " + " | ".join(cells) + " |", flush=True)
+
+
+if __name__ == "__main__":
+    main()

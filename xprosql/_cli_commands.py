@@ -1,0 +1,461 @@
+"""The ``xprosql`` commands behind :mod:`xprosql.cli`: each ``_cmd_<name>`` runs one subcommand.
+
+Kept apart from the parser so that ``xprosql --help`` and a mistyped option answer without
+loading DuckDB, Polars or pyarrow.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import tempfile
+from collections.abc import Mapping, Sequence
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+import polars as pl
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from xprosql.engine import Result
+from xprosql.errors import ParameterError, XprosqlError, one_line
+from xprosql.ingest import ingest
+from xprosql.models.tables import PARTITION_COLUMN, TABLES, column_unit
+from xprosql.run import Run, load
+
+__all__ = ["COMMANDS", "USER_ERRORS"]
+
+DEMO_PROFILE = "tpu_v6e_inference.xplane.pb"
+
+
+def _print_table(result: Result, *, max_rows: int = 50) -> None:
+    with pl.Config(tbl_rows=max_rows, fmt_str_lengths=70, tbl_width_chars=200, tbl_hide_dataframe_shape=True):
+        print(_printable(_frame(result.arrow(), nested_as_json=False)))
+
+
+# Control characters as Unicode's pictures of them (ESC as ␛): names from a profile cannot drive the terminal.
+_CONTROLS = [chr(c) for c in (*range(0x20), 0x7F)]
+_PICTURES = [chr(0x2400 + c) for c in range(0x20)] + ["\u2421"]
+
+
+def _printable(frame: pl.DataFrame) -> pl.DataFrame:
+    """``frame`` with the control characters of its text shown, not sent, for a terminal."""
+    return frame.with_columns(pl.col(pl.String).str.replace_many(_CONTROLS, _PICTURES))
+
+
+def _frame(table: pa.Table, *, nested_as_json: bool) -> pl.DataFrame:
+    """A result as a frame that every output format takes: binary values as hex text (at any depth), a map whose
+    keys are not text as its entries (a list of key, value structs), nested values (lists, structs, maps) as JSON
+    text when ``nested_as_json`` (CSV has no nesting), and values of types Polars cannot hold (intervals,
+    unions) as text."""
+    columns = []
+    for name, column in zip(table.column_names, table.columns):
+        type_ = column.type
+        if nested_as_json and pa.types.is_nested(type_):
+            texts = [None if v is None else json.dumps(_plain(v, type_, objects=True), default=_json_default,
+                                                       ensure_ascii=False) for v in column.to_pylist()]
+            column = pa.chunked_array([pa.array(texts, pa.string())])
+        elif _output_type(type_) != type_:
+            column = pa.chunked_array([pa.array([_plain(v, type_) for v in column.to_pylist()], _output_type(type_))])
+        try:
+            columns.append(pl.from_arrow(column).alias(name))  # type: ignore[union-attr]
+        except (pl.exceptions.PolarsError, pa.ArrowException, TypeError, ValueError):
+            columns.append(pl.Series(name, [None if v is None else str(v) for v in column.to_pylist()], pl.String))
+    return pl.DataFrame(columns)
+
+
+def _is_binary(type_: pa.DataType) -> bool:
+    return (pa.types.is_binary(type_) or pa.types.is_large_binary(type_) or pa.types.is_fixed_size_binary(type_)
+            or getattr(pa.types, "is_binary_view", _never)(type_))
+
+
+def _is_text(type_: pa.DataType) -> bool:
+    return (pa.types.is_string(type_) or pa.types.is_large_string(type_)
+            or getattr(pa.types, "is_string_view", _never)(type_))
+
+
+def _never(type_: pa.DataType) -> bool:
+    return False
+
+
+def _output_type(type_: pa.DataType) -> pa.DataType:
+    """``type_`` as the output holds it: binary as string (hex text), a map whose keys are not text (after that)
+    as a list of its entries, at any depth."""
+    if _is_binary(type_):
+        return pa.string()
+    if pa.types.is_map(type_):
+        key, item = _output_type(type_.key_type), _output_type(type_.item_type)
+        return pa.map_(key, item) if _is_text(key) else pa.list_(pa.struct([("key", key), ("value", item)]))
+    if pa.types.is_struct(type_):
+        return pa.struct([field.with_type(_output_type(field.type)) for field in type_])
+    if pa.types.is_large_list(type_):
+        return pa.large_list(_output_type(type_.value_type))
+    if pa.types.is_fixed_size_list(type_):
+        return pa.list_(_output_type(type_.value_type), type_.list_size)
+    if pa.types.is_list(type_):
+        return pa.list_(_output_type(type_.value_type))
+    return type_
+
+
+def _plain(value: Any, type_: pa.DataType, *, objects: bool = False) -> Any:
+    """The Python value of an Arrow value of ``type_`` in :func:`_output_type` (bytes as hex text at any depth),
+    or with ``objects`` as JSON writes it (a map as an object of text keys, else as [key, value] pairs)."""
+    if value is None:
+        return None
+    if isinstance(value, (bytes, bytearray, memoryview)):
+        return bytes(value).hex()
+    if pa.types.is_map(type_):
+        pairs = [(_plain(k, type_.key_type, objects=objects), _plain(v, type_.item_type, objects=objects))
+                 for k, v in value]
+        text_keys = _is_text(_output_type(type_.key_type))
+        if objects:
+            return dict(pairs) if text_keys and all(isinstance(k, str) for k, _ in pairs) else [list(p) for p in pairs]
+        return pairs if text_keys else [{"key": k, "value": v} for k, v in pairs]
+    if pa.types.is_struct(type_):
+        return {field.name: _plain(value.get(field.name), field.type, objects=objects) for field in type_}
+    if isinstance(value, list) and type_.num_fields == 1:
+        return [_plain(v, type_.field(0).type, objects=objects) for v in value]
+    return value
+
+
+def _json_default(value: Any) -> Any:
+    """JSON of what json does not write: dates and times as ISO text, anything else (decimals, ...) as its text."""
+    if hasattr(value, "isoformat"):
+        return value.isoformat()
+    return str(value)
+
+
+def _parse_tags(pairs: Sequence[str]) -> dict[str, str]:
+    tags: dict[str, str] = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key:
+            raise XprosqlError(f"--tag wants KEY=VALUE, got {pair!r}")
+        tags[key] = value
+    return tags
+
+
+def _cmd_ingest(args: argparse.Namespace) -> int:
+    from xprosql.ingest import IngestInterrupted
+
+    compacts: dict[str, bool | str] = {"auto": "auto", "always": True, "never": False}
+    compact = compacts[args.compact]
+    interrupted = False
+    try:
+        report = ingest(
+            args.sources, into=args.into, jobs=args.jobs, tags=_parse_tags(args.tag), progress=args.progress, compact=compact,
+            keep_secrets=args.keep_secrets,
+        )
+    except IngestInterrupted as exc:
+        report, interrupted = exc.report, True
+    if not args.quiet:
+        for item in report.ingested:
+            secrets = f", {item.redacted_secrets} secrets redacted" if item.redacted_secrets else ""
+            print(f"ingested {item.path} -> profile {item.profile_id} ({item.rows.get('events', 0)} events{secrets})")
+        for item in report.skipped:
+            print(f"already present {item.path} (profile {item.profile_id})")
+    for path, reason in report.failed:  # at the end, after the progress bar: the list to act on
+        print(f"error: {path}: {one_line(reason)}", file=sys.stderr)
+    print(f"{len(report.ingested)} ingested, {len(report.skipped)} already present, {len(report.failed)} failed")
+    if report.compaction is not None and report.compaction.files_written:
+        print(f"compacted: {report.compaction}")
+    if interrupted:
+        print(f"interrupted: {len(report.not_done)} files not done; run the same command again to resume", file=sys.stderr)
+        return 130
+    if report.stopped:
+        print(f"error: stopped: {report.stopped}; {len(report.not_done)} files not done: free space and run the same "
+              f"command again to resume", file=sys.stderr)
+    return 0 if report.ok else 1
+
+
+def _cmd_compact(args: argparse.Namespace) -> int:
+    from xprosql.engine import compact
+
+    print(compact(args.dir))
+    return 0
+
+
+def _cmd_upgrade(args: argparse.Namespace) -> int:
+    from xprosql.upgrade import upgrade
+
+    print(upgrade(args.dir))
+    return 0
+
+def _cmd_analyses(args: argparse.Namespace) -> int:
+    from xprosql.engine.catalogue import analyses, describe
+
+    if args.name:
+        print(describe(args.name))
+        return 0
+    for row in analyses().rows():
+        name, _area, description, fleet = row[:4]
+        print(f"{name:<30} {'(fleet) ' if fleet else ''}{description}")
+    print("\nxprosql analyses NAME: its parameters and columns; xprosql sql DIR --analysis NAME runs it")
+    return 0
+
+
+def _parse_params(pairs: Sequence[str], declared: Mapping[str, str] | None = None) -> dict[str, Any]:
+    """``NAME=VALUE`` pairs as values: of the declared DuckDB type (an analysis's ``name -> type``), else
+    an integer, a number or a string, whichever reads. A list (``VARCHAR[]``) is comma-separated."""
+    params: dict[str, Any] = {}
+    for pair in pairs:
+        name, sep, value = pair.partition("=")
+        if not sep:
+            raise XprosqlError(f"--param wants NAME=VALUE, got {pair!r}")
+        sql_type = (declared or {}).get(name)
+        try:
+            if sql_type is None:
+                params[name] = _guess(value)
+            elif sql_type.endswith("[]"):
+                params[name] = [v for v in value.split(",") if v]
+            elif sql_type in ("BIGINT", "INTEGER"):
+                params[name] = None if value.upper() == "NULL" else int(value)
+            elif sql_type == "DOUBLE":
+                params[name] = None if value.upper() == "NULL" else float(value)
+            elif sql_type == "BOOLEAN":
+                params[name] = {"true": True, "false": False}[value.lower()]
+            else:
+                params[name] = value
+        except (ValueError, KeyError):
+            raise XprosqlError(f"--param {name}: {value!r} is not a {sql_type}") from None
+    return params
+
+
+def _guess(value: str) -> int | float | str:
+    for kind in (int, float):
+        try:
+            return kind(value)
+        except ValueError:
+            pass
+    return value
+
+
+def _cmd_sql(args: argparse.Namespace) -> int:
+    if args.format == "parquet" and not args.out and not args.show:
+        raise XprosqlError("--format parquet needs --out FILE")
+    if args.analysis:
+        from xprosql.engine.library import library
+
+        if args.query:
+            raise XprosqlError("give a SQL query or --analysis NAME, not both")
+        if args.show:  # the runnable SQL, includes expanded, to copy and adapt
+            print(library().text(library().module(args.analysis).id).rstrip())
+            return 0
+        module_id = library().module(args.analysis).id
+        declared = {name: p.sql_type for name, p in library().parameters(module_id).items()}
+        result = load(args.dir).analysis(module_id, **_parse_params(args.param, declared))
+    else:
+        if args.show:
+            raise XprosqlError("--show needs --analysis NAME")
+        if not args.query:
+            raise XprosqlError("give a SQL query, or --analysis NAME")
+        run = load(args.dir)
+        result = run.sql(args.query, _parse_params(args.param) or None)
+    if args.format == "table":
+        _print_table(result, max_rows=args.max_rows)
+    elif args.format == "parquet":
+        pq.write_table(result.arrow(), args.out, compression="zstd")
+    else:
+        _write(_frame(result.arrow(), nested_as_json=args.format == "csv"), args.format, args.out)
+    return 0
+
+
+def _write(frame: pl.DataFrame, format_: str, out: str | None) -> None:
+    """``frame`` as CSV or JSON (an array of row objects) to the file ``out``, else to stdout."""
+    text = frame.write_csv() if format_ == "csv" else frame.write_json() + "\n"
+    if out:
+        Path(out).write_text(text)
+    else:
+        sys.stdout.write(text)
+
+
+def _cmd_roofline(args: argparse.Namespace) -> int:
+    from xprosql.queries.roofline import plot_roofline
+
+    peaks: dict[str, object] = {}
+    if args.measure_cpu_peaks:
+        from xprosql.models.hardware import measure_cpu_peaks
+
+        flops, bandwidth = measure_cpu_peaks()
+        peaks = {"peak_flops_per_s": flops, "peak_hbm_bytes_per_s": bandwidth, "peak_source": "measured"}
+        print(f"measured CPU peaks: {flops / 1e9:.1f} GFLOP/s, {bandwidth / 1e9:.1f} GB/s", file=sys.stderr)
+    if args.peak_flops is not None:
+        peaks.update(peak_flops_per_s=args.peak_flops, peak_source="user")
+    if args.peak_hbm_bandwidth is not None:
+        peaks.update(peak_hbm_bytes_per_s=args.peak_hbm_bandwidth, peak_source="user")
+    run = load(args.dir)
+    frame = run.roofline(profiles=args.profile or None, top=args.top, **peaks).pl()  # type: ignore[arg-type]
+    if args.out:
+        _check_drawable(frame, args.profile[0] if args.profile else None)
+    if args.format in ("csv", "json"):
+        _write(_frame(frame.to_arrow(), nested_as_json=args.format == "csv"), args.format, None)
+    else:
+        shown = frame.select(
+            "row_kind", pl.col("profile_id").str.slice(0, 8), "device_kind", pl.coalesce("op", "module").alias("op"),
+            "category", "occurrences",
+            (pl.col("self_time_ps") / 1e9).round(3).alias("self_ms"),
+            (100 * pl.col("self_time_share")).round(2).alias("self_%"),
+            (pl.col("flop_rate") / 1e12).alias("TFLOP/s"),
+            (pl.col("hbm_bandwidth") / 1e9).alias("HBM GB/s"),
+            pl.col("operational_intensity").alias("FLOP/B"), "ridge_point", "bound_by", "roofline_efficiency",
+        )
+        with pl.Config(tbl_rows=args.max_rows, fmt_str_lengths=40, tbl_width_chars=220, tbl_hide_dataframe_shape=True,
+                       float_precision=4):
+            print(_printable(shown))
+    if args.out:
+        path = plot_roofline(frame, args.out, profile_id=args.profile[0] if args.profile else None)
+        print(f"wrote {path}", file=sys.stderr)
+    return 0
+
+
+def _check_drawable(frame: pl.DataFrame, profile_id: str | None) -> None:
+    """Raise, naming the options that give them, unless a profile of ``frame`` has both peaks a chart needs."""
+    totals = frame.filter(pl.col("row_kind") == "profile")
+    if profile_id is not None:
+        totals = totals.filter(pl.col("profile_id") == profile_id)
+    if totals.filter(pl.col("peak_flops_per_s").is_not_null() & pl.col("peak_hbm_bytes_per_s").is_not_null()).is_empty():
+        which = f"profile {profile_id} has no device" if profile_id else "no profile has a device"
+        raise XprosqlError(f"roofline --out: {which} with known peak FLOP/s and memory bandwidth to draw "
+                           "the roofs (CPU profiles record none): give --peak-flops FLOP/S and --peak-hbm-bandwidth "
+                           "BYTES/S, or --measure-cpu-peaks on the machine the profiles were taken on")
+
+
+def _cmd_tables(args: argparse.Namespace) -> int:
+    run = load(args.dir)
+    counts = run.row_counts()
+    print(f"{run.path}: {len(run.profile_ids)} profiles")
+    for table, schema in TABLES.items():
+        print(f"\n{table} ({counts[table]} rows)")
+        print(f"  {PARTITION_COLUMN:<24} string      partition key")
+        for field in schema:
+            unit = column_unit(table, field.name)
+            description = (field.metadata or {}).get(b"description", b"").decode()
+            type_name = "string" if str(field.type).startswith("dictionary") else str(field.type)
+            unit_text = f" [{unit}]" if unit else ""
+            print(f"  {field.name:<24} {type_name:<11} {description}{unit_text}")
+    return 0
+
+
+def _cmd_demo(args: argparse.Namespace) -> int:
+    sample = resources.files("xprosql") / "data" / DEMO_PROFILE
+    with tempfile.TemporaryDirectory(prefix="xprosql-demo-") as tmp, resources.as_file(sample) as sample_path:
+        warehouse = Path(tmp) / "run"
+        report = ingest(sample_path, into=warehouse)
+        if not report.ok:
+            for path, reason in report.failed:
+                print(f"error: {path}: {one_line(reason)}", file=sys.stderr)
+            return 1
+        run = load(warehouse)
+        print(f"Ingested the bundled TPU v6e sample ({DEMO_PROFILE}) into {warehouse}\n")
+        print("Tables:", ", ".join(f"{t} {n}" for t, n in run.row_counts().items()), "\n")
+        print("Devices with peaks:")
+        _print_table(run.sql(
+            "SELECT device_id, name, kind, model, peak_flops_per_s / 1e12 AS peak_tflops, "
+            "peak_hbm_bytes_per_s / 1e9 AS peak_hbm_gb_s FROM devices WHERE kind IN ('tpu', 'gpu') ORDER BY device_id"
+        ))
+        print("\nTop XLA ops by time on /device:TPU:0 (sql/ops/top_ops.sql):")
+        top = run.top_ops(top=8).relation.filter("device = '/device:TPU:0' AND track = 'XLA Ops'").project(
+            "device, track, op, category, occurrences, round(total_ps / 1e9, 3) AS total_ms, "
+            "round(100 * share_of_track, 1) AS pct")
+        _print_table(Result(top))
+    return 0
+
+
+def _cmd_record(args: argparse.Namespace) -> int:
+    import runpy
+
+    from xprosql import cupti
+
+    command = [c for c in args.command if c != "--"] if args.command[:1] == ["--"] else list(args.command)
+    if command and Path(command[0]).name.startswith("python"):
+        command = command[1:]
+    if not command:
+        raise XprosqlError("record wants a Python program: xprosql record --into DIR -- python train.py [ARGS]")
+    raw_dir = Path(args.raw_dir) if args.raw_dir else Path(args.into) / "recordings"
+    saved_argv = sys.argv
+    exit_code = 0
+    metrics = [m.strip() for m in (args.metrics or "").split(",") if m.strip()]
+    with cupti.record(raw_dir, metrics=metrics, metrics_device=args.metrics_device) as recording:
+        try:
+            if command[0] == "-m" and len(command) > 1:
+                sys.argv = command[1:]
+                runpy.run_module(command[1], run_name="__main__", alter_sys=True)
+            else:
+                sys.argv = command
+                runpy.run_path(command[0], run_name="__main__")
+        except SystemExit as exc:  # the program's own exit ends the recording, not xprosql
+            exit_code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
+        finally:
+            sys.argv = saved_argv
+    print(f"recorded {recording.path}: " + ", ".join(f"{n} {cat}" for cat, n in sorted(recording.counts.items())))
+    assert recording.path is not None  # set once the recording has ended
+    report = ingest(recording.path, into=args.into)
+    for path, reason in report.failed:
+        print(f"error: {path}: {one_line(reason)}", file=sys.stderr)
+    return exit_code or (0 if report.ok else 1)
+
+
+def _cmd_report(args: argparse.Namespace) -> int:
+    from xprosql.report import build_report, terminal_summary
+
+    run = load(args.dir)
+    profiles = args.profile or None
+    if profiles:
+        run.engine.restricted(profiles)  # an id the warehouse lacks is an error, as for every other command
+    if args.out:
+        report = build_report(run, profiles=profiles, top_ops=args.top, progress=args.progress, sections=args.sections)
+        path = report.write(args.out)
+        charts = sum(len(p.charts) for p in report.profiles)
+        print(f"wrote {path}: {report.fleet.height} profiles, {len(report.profiles)} profile sections, {charts} charts "
+              f"({path.stat().st_size / 1e6:.1f} MB, works offline)")
+        return 0
+    print(terminal_summary(run, profiles=profiles, top_ops=min(args.top, 5)), end="")
+    return 0
+
+
+_TIME_UNITS = {"ps": 1, "ns": 10**3, "us": 10**6, "ms": 10**9, "s": 10**12}
+
+
+def _time_ps(text: str | None) -> int | None:
+    """``1.5ms``, ``250us``, ``2s``, ``1000ns`` or a bare number of ps, as picoseconds."""
+    if text is None:
+        return None
+    number = text.strip().lower()
+    unit = next((u for u in ("ps", "ns", "us", "ms", "s") if number.endswith(u)), "ps")
+    try:
+        return round(float(number.removesuffix(unit) if number.endswith(unit) else number) * _TIME_UNITS[unit])
+    except ValueError:
+        raise ParameterError(f"{text!r} is not a time: write e.g. 1.5ms, 250us, 2s or a number of ps") from None
+
+
+def _resolve_profiles(run: Run, wanted: Sequence[str]) -> list[str]:
+    """Profile ids from ids, id prefixes or file names (one match each)."""
+    rows = run.sql("SELECT profile_id, source_path FROM profiles ORDER BY source_path").rows()
+    out = []
+    for given in wanted:
+        found = [pid for pid, path in rows if pid == given] or [pid for pid, path in rows if pid.startswith(given)] or [
+            pid for pid, path in rows if Path(path or "").name == given]
+        if len(found) != 1:
+            raise ParameterError(f"--profile {given}: {'no' if not found else len(found)} profiles match "
+                                 f"(an id, an id prefix or a file name of {run.path})")
+        out.append(found[0])
+    return out
+
+
+def _cmd_export(args: argparse.Namespace) -> int:
+    run = load(args.dir)
+    summary = run.export_trace(args.out, profiles=_resolve_profiles(run, args.profile) if args.profile else None,
+                               where=args.where, start_ps=_time_ps(args.start), end_ps=_time_ps(args.end),
+                               args=args.args, flows=args.flows, counters=args.counters, memory=args.counters,
+                               job_clock=args.job_clock)
+    print(summary)
+    print("open it in https://ui.perfetto.dev (Open trace file): it loads in the browser, nothing is uploaded")
+    return 0
+
+
+# Errors a command reports as one line: the user's input, not a bug of xprosql.
+USER_ERRORS: tuple[type[BaseException], ...] = (XprosqlError, KeyError, OSError, ImportError, pl.exceptions.PolarsError,
+                                                pa.ArrowException)
+COMMANDS = {name.removeprefix("_cmd_"): value for name, value in list(globals().items()) if name.startswith("_cmd_")}
