@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib
 import json
 import os
 import shutil
@@ -90,26 +91,28 @@ def test_interrupted_in_process_then_resumed_equals_uninterrupted(
     logs: Path, serial_warehouse: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     root = tmp_path / "run"
-    real_rename = os.rename
+    monkeypatch.setattr(importlib.import_module("xprosql.ingest"), "COMMIT_BATCH", 1)  # a commit per profile
+    real_append = Warehouse._append
     calls = {"n": 0}
 
-    def rename_then_ctrl_c(src: str, dst: str) -> None:
+    def append_then_ctrl_c(self: Warehouse, table: str, *args: object) -> int:
         calls["n"] += 1
-        if calls["n"] == len(TABLES) * 3 + 5:  # the 4th profile, midway through its commit
+        if table == "events" and len(Warehouse(root).profile_ids()) == 3:  # the 4th profile, midway through its commit
             raise KeyboardInterrupt
-        real_rename(src, dst)
+        return real_append(self, table, *args)  # type: ignore[arg-type]
 
-    monkeypatch.setattr(os, "rename", rename_then_ctrl_c)
+    monkeypatch.setattr(Warehouse, "_append", append_then_ctrl_c)
     with pytest.raises(IngestInterrupted) as caught:
         xprosql.ingest(logs, into=root, compact=False)
-    monkeypatch.setattr(os, "rename", real_rename)
+    monkeypatch.setattr(Warehouse, "_append", real_append)
     report = caught.value.report
     assert len(report.ingested) == 3 and len(report.not_done) == len(SMALL_KINETO) + 1 - 3
-    assert len(xprosql.load(root).profile_ids) == 3  # the half-moved 4th is invisible
+    assert len(xprosql.load(root).profile_ids) == 3  # the half-committed 4th is invisible
+    assert calls["n"] > 3
     resumed = xprosql.ingest(logs, into=root, compact=False)
     assert len(resumed.skipped) == 3 and len(resumed.ingested) == len(SMALL_KINETO) + 1 - 3
     assert table_digest(root) == table_digest(serial_warehouse)
-    assert not [p for p in root.iterdir() if p.name.startswith(".staging-")]
+    assert not list(root.glob("_xprosql/staging-*"))
 
 
 def test_killed_parallel_ingest_then_resumed_equals_uninterrupted(logs: Path, serial_warehouse: Path, tmp_path: Path) -> None:
@@ -138,7 +141,7 @@ def test_killed_parallel_ingest_then_resumed_equals_uninterrupted(logs: Path, se
     assert resumed.ok and len(resumed.skipped) == before_resume
     assert len(resumed.ingested) + len(resumed.skipped) == len(SMALL_KINETO) + 1
     assert table_digest(root) == table_digest(serial_warehouse)
-    assert not [p for p in root.iterdir() if p.name.startswith(".staging-")]  # the dead workers' folders went
+    assert not list(root.glob("_xprosql/staging-*"))  # the dead workers' folders went
 
 
 def test_tags_from_metadata_files_and_options(logs: Path, tmp_path: Path) -> None:
@@ -157,8 +160,8 @@ def test_tags_from_metadata_files_and_options(logs: Path, tmp_path: Path) -> Non
     assert len(alpha.connection.execute("SELECT * FROM events").fetchall()) == run.sql(
         "SELECT count(*) FROM events JOIN profiles USING (profile_id) WHERE tags['job'] = 'alpha'"
     ).rows()[0][0]
-    assert all(any(f"profile_id={p}" in f for p in alpha.profile_ids) for f in alpha.engine.snapshot.files("events"))
-    assert len(alpha.engine.snapshot.files("events")) == 4 < len(run.engine.snapshot.files("events"))
+    assert all(f.first in alpha.profile_ids and f.single for f in alpha.engine.snapshot.files["events"])
+    assert len(alpha.engine.snapshot.table_files("events")) == 4 < len(run.engine.snapshot.table_files("events"))
 
 
 def test_metadata_file_format(tmp_path: Path) -> None:

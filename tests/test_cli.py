@@ -13,6 +13,7 @@ import pytest
 from conftest import GPU_SAMPLE, TPU_SAMPLE
 
 from xprosql.cli import main
+from xprosql.warehouse import Warehouse
 
 
 def test_ingest_sql_tables(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -56,7 +57,7 @@ def test_errors_go_to_stderr_with_nonzero_exit(tmp_path: Path, capsys: pytest.Ca
     assert f"error: {bad}: empty file" in captured.err
     assert main(["sql", str(tmp_path / "missing"), "SELECT 1"]) == 2
     assert "no such warehouse" in capsys.readouterr().err
-    (tmp_path / "run" / "profiles").mkdir(parents=True)
+    Warehouse(tmp_path / "run").create()  # an empty warehouse
     assert main(["sql", str(tmp_path / "run"), "SELECT nope FROM events"]) == 2
     assert "nope" in capsys.readouterr().err
 

@@ -1,4 +1,4 @@
-"""Compaction: packs of small profiles, identical query results, readers kept working throughout."""
+"""Compaction (Delta optimize, ordered by profile, then vacuum): identical query results, readers kept working."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ import polars as pl
 import pyarrow.parquet as pq
 import pytest
 from conftest import TEST_DATA, TPU_SAMPLE, analysis_text
+from deltalake import DeltaTable
 from test_batch import SMALL_KINETO, table_digest
 
 import xprosql
@@ -39,96 +40,87 @@ def warehouse(tmp_path: Path) -> Path:
     return root
 
 
+def _files(root: Path, table: str) -> list[str]:
+    return sorted(DeltaTable(root / table).file_uris())
+
+
 def test_compaction_keeps_results_and_packs_files(warehouse: Path) -> None:
     digest, analyses = table_digest(warehouse), _analyses(warehouse)
-    files_before = sum(1 for _ in warehouse.rglob("*.parquet"))
+    files_before = sum(len(_files(warehouse, t)) for t in TABLES)
     report = xprosql.compact(warehouse)
-    assert report is not None and report.generation == 1 and report.packed_profiles == len(KINETO) + 1
-    assert report.packs_written == 1 and not report.deferred
+    assert report is not None and report.profiles == len(KINETO) + 1 and report.files_written > 0
     assert table_digest(warehouse) == digest
     assert _analyses(warehouse) == analyses
-    # What compaction derives for the profiles it packs: their steps and per-step breakdowns.
+    # What compaction derives for the profiles it sees the first time: their steps and per-step breakdowns.
     packed = xprosql.load(warehouse)
+    assert set(packed.engine.snapshot.stored) == set(packed.profile_ids)
     steps = packed.sql("SELECT count(*), count(DISTINCT profile_id) FROM stored_steps").rows()[0]
     assert steps[0] > 0 and steps == packed.sql(analysis_text("steps")).pl().select(
         pl.len(), pl.col("profile_id").n_unique()).rows()[0]
     assert packed.sql("SELECT count(*) FROM stored_bottleneck_steps").rows()[0][0] == steps[0]
-    files_after = sorted(warehouse.rglob("*.parquet"))
-    assert len(files_after) == len(TABLES) < files_before
-    events = pq.ParquetFile(next(p for p in files_after if p.parts[-3] == "events"))
+    files_after = {t: _files(warehouse, t) for t in TABLES}
+    assert all(len(f) <= 1 for f in files_after.values()) and sum(map(len, files_after.values())) < files_before
+    events = pq.ParquetFile(files_after["events"][0])
     assert events.schema_arrow.names[0] == "profile_id"
     sizes = [events.metadata.row_group(i).num_rows for i in range(events.metadata.num_row_groups)]
     assert sum(sizes) == digest["events"][0] and all(n <= ROW_GROUP_ROWS for n in sizes)
-    # Plain Parquet still: DuckDB reads the packs without xprosql, profile_id inside.
-    import duckdb
-
-    plain = duckdb.sql(f"SELECT count(*), count(DISTINCT profile_id) FROM read_parquet('{warehouse}/events/_packs/*.parquet')").fetchall()
-    assert plain == [(digest["events"][0], len(KINETO) + 1)]
+    ids = pq.read_table(files_after["events"][0], columns=["profile_id"]).column(0).to_pylist()
+    assert ids == sorted(ids), "rows are ordered by profile"
+    # The vacuum after it deleted the files the packs replaced once unreferenced (retention 0 here).
+    xprosql.compact(warehouse, retention_hours=0)
+    assert sorted(str(p) for p in warehouse.glob("events/*.parquet")) == files_after["events"]
     # Packed profiles are still present by content: ingesting them again changes nothing.
     again = xprosql.ingest([*KINETO, TPU_SAMPLE], into=warehouse)
     assert again.ingested == [] and len(again.skipped) == len(KINETO) + 1
-    assert xprosql.compact(warehouse).packs_written == 0  # nothing left to do
-
-
-def test_a_reader_open_across_compaction_keeps_working(warehouse: Path) -> None:
-    digest = table_digest(warehouse)
-    old = xprosql.load(warehouse)
-    expected = old.sql("SELECT profile_id, count(*), sum(dur_ps) FROM events GROUP BY 1 ORDER BY 1").rows()
-    report = xprosql.compact(warehouse)
-    assert report.deferred, "the open reader's files must be kept"
-    assert old.sql("SELECT profile_id, count(*), sum(dur_ps) FROM events GROUP BY 1 ORDER BY 1").rows() == expected
-    assert old.table("events").select("dur_ps").sum().collect().item() == sum(r[2] for r in expected)
-    new = xprosql.load(warehouse)
-    assert new.engine.snapshot.generation == 1 and not new.engine.snapshot.loose["events"]
-    assert new.sql("SELECT profile_id, count(*), sum(dur_ps) FROM events GROUP BY 1 ORDER BY 1").rows() == expected
-    # A second compaction while the old reader still holds generation 0: merges nothing, deletes nothing.
-    xprosql.compact(warehouse)
-    assert old.sql("SELECT count(*) FROM events").rows() == [(sum(r[1] for r in expected),)]
-    old.close()
-    new.close()
-    deleted, deferred = Warehouse(warehouse).collect_garbage()
-    assert deleted > 0 and not deferred
-    assert not list((warehouse / "events").glob("profile_id=*"))
-    assert table_digest(warehouse) == digest
+    assert xprosql.compact(warehouse).files_written == 0  # nothing left to do
 
 
 def _compact_in_child(root: str) -> str:
-    return str(xprosql.compact(root))
+    return str(xprosql.compact(root, retention_hours=0))
 
 
 def test_queries_stay_correct_during_compaction(warehouse: Path) -> None:
-    """Readers open and query in a loop while another process compacts."""
+    """Readers open and query in a loop while another process compacts, and vacuums with no retention: a load
+    that raced the vacuum's deletions may find a file gone (a retention of 0 is for this test only), never
+    other rows."""
     expected = table_digest(warehouse)["events"]
     context = multiprocessing.get_context("spawn")
     with context.Pool(1) as pool:
         pending = pool.apply_async(_compact_in_child, (str(warehouse),))
         seen = 0
         while not pending.ready() or seen < 3:
-            with xprosql.load(warehouse) as run:
-                got = run.sql("SELECT count(*), coalesce(sum(hash(to_json(r))), 0) FROM events AS r").rows()[0]
+            try:
+                with xprosql.load(warehouse) as run:
+                    got = run.sql("SELECT count(*), coalesce(sum(hash(to_json(r))), 0) FROM events AS r").rows()[0]
+            except xprosql.QueryError as exc:
+                assert "No files found" in str(exc) or "No such file" in str(exc)
+                continue
             assert got == expected
             seen += 1
-        assert "generation 1" in pending.get()
+        assert "packed into" in pending.get()
     assert table_digest(warehouse)["events"] == expected
 
 
-def test_underfull_packs_merge_with_new_profiles(tmp_path: Path) -> None:
+def test_small_packs_merge_with_new_profiles(tmp_path: Path) -> None:
     root = tmp_path / "run"
     assert xprosql.ingest(KINETO[:4], into=root, compact=False).ok
     first = xprosql.compact(root)
+    assert first is not None and len(_files(root, "events")) == 1
     assert xprosql.ingest(KINETO[4:], into=root, compact=False).ok
     digest = table_digest(root)
     second = xprosql.compact(root)
-    assert second.generation == first.generation + 1 and second.packs_replaced == 1
-    assert second.packed_profiles == len(KINETO)
+    assert second is not None and second.version > first.version
+    assert second.profiles == len(KINETO) and second.files_replaced >= len(KINETO) - 4 + 1
     assert table_digest(root) == digest
-    manifest = Warehouse(root).manifest()
-    assert [len(p["profiles"]) for p in manifest["packs"]] == [len(KINETO)]
-    assert len(list((root / "events" / "_packs").iterdir())) == 1
+    assert len(_files(root, "events")) == 1
+    with xprosql.load(root) as run:
+        assert set(run.engine.snapshot.stored) == set(run.profile_ids)
 
 
 def test_a_compaction_that_dies_changes_nothing(warehouse: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     digest = table_digest(warehouse)
+    version = xprosql.load(warehouse).version
+    files = {t: _files(warehouse, t) for t in TABLES}
     real = Warehouse._write_pack_file
     calls = {"n": 0}
 
@@ -142,45 +134,46 @@ def test_a_compaction_that_dies_changes_nothing(warehouse: Path, monkeypatch: py
     with pytest.raises(OSError):
         xprosql.compact(warehouse)
     monkeypatch.undo()
-    assert Warehouse(warehouse).generation() == 0
+    assert xprosql.load(warehouse).version == version
+    assert {t: _files(warehouse, t) for t in TABLES} == files
+    on_disk = {str(p) for p in warehouse.glob("*/*.parquet")}
+    assert on_disk == {f for fs in files.values() for f in fs}, "the dead one's files went"
     assert table_digest(warehouse) == digest
-    assert xprosql.compact(warehouse).packs_written == 1
+    assert xprosql.compact(warehouse).files_written > 0
     assert table_digest(warehouse) == digest
-    assert len(list((warehouse / "events" / "_packs").iterdir())) == 1  # the dead one's files went
 
 
 def test_automatic_compaction_after_ingest(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(importlib.import_module("xprosql.ingest"), "AUTO_COMPACT_MIN_PROFILES", 4)
     root = tmp_path / "run"
     report = xprosql.ingest(KINETO[:3], into=root)
-    assert report.compaction is None  # 3 small profiles: not yet worth it
+    assert report.compaction is None  # 3 new profiles: not yet worth it
     report = xprosql.ingest(KINETO[3:], into=root)
-    assert report.compaction is not None and report.compaction.packed_profiles == len(KINETO)
+    assert report.compaction is not None and report.compaction.profiles == len(KINETO)
     assert xprosql.load(root).sql("SELECT count(*) FROM profiles").rows() == [(len(KINETO),)]
-    assert not list((root / "profiles").glob("profile_id=*"))
+    assert Warehouse(root).uncompacted_profiles() == 0
 
 
 def test_cli_compact(warehouse: Path, capsys: pytest.CaptureFixture[str]) -> None:
     from xprosql.cli import main
 
     assert main(["compact", str(warehouse)]) == 0
-    assert "generation 1: packed 9 profiles into 1 packs" in capsys.readouterr().out
+    assert f"files of {len(KINETO) + 1} profiles packed into" in capsys.readouterr().out
     copy = warehouse.parent / "copy"
     shutil.copytree(warehouse, copy)
     assert xprosql.load(copy).sql("SELECT count(*) FROM profiles").rows() == [(len(KINETO) + 1,)]
 
 
-def test_garbage_collection_spares_the_files_of_a_running_compaction(warehouse: Path) -> None:
-    """An ingest's cleanup must not take the packs a compaction is still writing (not yet in a manifest)."""
-    import fcntl
-
+def test_cleanup_spares_a_live_writer_and_takes_a_dead_ones_staging(warehouse: Path) -> None:
+    """An ingest's cleanup removes staging folders whose owner is gone, never one being written."""
     wh = Warehouse(warehouse)
-    wh.compact()
-    in_progress = warehouse / "events" / "_packs" / "g000002-0000-deadbeef.parquet"
-    in_progress.write_bytes(b"being written")
-    with open(warehouse / ".compact.lock", "a") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)  # as a compaction in another process holds it
+    with wh.stage("0123456789abcdef") as live:
+        (live.directory / "events.parquet").write_bytes(b"being written")
         wh.collect_garbage()
-        assert in_progress.exists()
-    wh.collect_garbage()
-    assert not in_progress.exists()  # no compaction runs: an orphan of a dead one
+        assert live.directory.exists()
+        dead = warehouse / "_xprosql" / "staging-dead"
+        dead.mkdir()
+        (dead / ".owner").write_text("")  # its process is gone: nobody holds the lock
+        wh.collect_garbage()
+        assert not dead.exists() and live.directory.exists()
+        live.discard()

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import errno
 import gzip
+import importlib
 import json
 import os
 import signal
@@ -26,6 +27,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import xprosql
+from xprosql.models import TABLES
 from xprosql.warehouse import Warehouse
 
 SMALL_KINETO = TEST_DATA / "kineto" / "mi250_rocm.json.gz"
@@ -38,10 +40,11 @@ def _cli(*args: str, env: dict[str, str] | None = None, timeout: float = 120) ->
 
 
 def _profiles(root: Path) -> int:
-    if not (root / "profiles").exists():
+    try:
+        with xprosql.load(root) as run:
+            return run.sql("SELECT count(*) FROM profiles").rows()[0][0]
+    except xprosql.WarehouseError:  # nothing committed yet (the tables are being created)
         return 0
-    with xprosql.load(root) as run:
-        return run.sql("SELECT count(*) FROM profiles").rows()[0][0]
 
 
 def _kineto_variants(folder: Path, n: int) -> list[Path]:
@@ -271,12 +274,15 @@ def test_a_full_disk_stops_the_batch_with_its_summary(tmp_path: Path, monkeypatc
     paths = _kineto_variants(tmp_path / "logs", 5)
     commits = {"n": 0}
     real_commit = Warehouse.commit
+    monkeypatch.setattr(importlib.import_module("xprosql.ingest"), "COMMIT_BATCH", 1)  # a commit per profile
 
-    def commit(self: Warehouse, staged: object) -> bool:
+    def commit(self: Warehouse, staged: list) -> list[bool]:
         commits["n"] += 1
         if commits["n"] == 3:
+            for item in staged:
+                item.discard()
             raise OSError(errno.ENOSPC, "No space left on device")
-        return real_commit(self, staged)  # type: ignore[arg-type]
+        return real_commit(self, staged)
 
     monkeypatch.setattr(Warehouse, "commit", commit)
     report = xprosql.ingest(paths, into=tmp_path / "run")
@@ -331,9 +337,10 @@ def test_a_resume_that_finds_everything_present_still_compacts(tmp_path: Path) -
     paths = _kineto_variants(tmp_path / "logs", 33)
     root = tmp_path / "run"
     assert xprosql.ingest(paths, into=root, compact=False).ok
-    assert Warehouse(root).small_unpacked() == len(paths)
+    assert Warehouse(root).uncompacted_profiles() == len(paths)
     resumed = xprosql.ingest(paths, into=root)
-    assert not resumed.ingested and resumed.compaction is not None and resumed.compaction.packs_written
+    assert not resumed.ingested and resumed.compaction is not None and resumed.compaction.files_written
+    assert Warehouse(root).uncompacted_profiles() == 0
 
 
 def test_xspace_events_without_metadata_or_with_negative_durations_are_said(tmp_path: Path) -> None:
@@ -372,10 +379,11 @@ def test_a_compaction_that_fills_the_disk_leaves_no_partial_pack(tmp_path: Path,
     assert len(report.ingested) == 1 and "compaction not done" in report.failed[0][1]
     assert calls["n"] == 5
     after = sorted(p for p in root.rglob("*.parquet"))
-    assert not [p for p in after if "_packs" in p.parts], "a partial pack was left"
+    referenced = sorted(Path(f) for t in TABLES for f in Warehouse(root).snapshot().table_files(t))
+    assert after == referenced, "a partial pack was left"
     assert len(after) > len(before) and _profiles(root) == 7
     monkeypatch.setattr(Warehouse, "_write_pack_file", real_write)
-    assert xprosql.compact(root).packs_written >= 1 and _profiles(root) == 7
+    assert xprosql.compact(root).files_written >= 1 and _profiles(root) == 7
 
 
 def test_a_kill_during_the_automatic_compaction_then_a_resume_compacts(tmp_path: Path) -> None:
@@ -384,17 +392,18 @@ def test_a_kill_during_the_automatic_compaction_then_a_resume_compacts(tmp_path:
     ingest = subprocess.Popen([sys.executable, "-m", "xprosql.cli", "ingest", str(tmp_path / "logs"), "--into",
                                str(root), "-q"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     deadline = time.monotonic() + 120
-    while time.monotonic() < deadline and ingest.poll() is None and not any(root.glob("*/_packs/*")):
+    # A compaction writes its packed files as <table>-<uuid>.parquet in its staging folder.
+    while time.monotonic() < deadline and ingest.poll() is None and not any(root.glob("_xprosql/staging-*/*-*.parquet")):
         time.sleep(0.002)
     if ingest.poll() is not None:
         pytest.skip("the compaction ended before the test saw it begin")
     ingest.send_signal(signal.SIGKILL)
     ingest.wait()
-    assert not (root / "_manifests").exists() or not list((root / "_manifests").glob("*.json")), "it had published"
+    assert Warehouse(root).uncompacted_profiles() == len(paths), "it had published"
     resumed = xprosql.ingest(tmp_path / "logs", into=root)
     assert resumed.ok and not resumed.ingested and len(resumed.skipped) == len(paths)
-    assert resumed.compaction is not None and resumed.compaction.packs_written >= 1
-    assert _profiles(root) == len(paths) and Warehouse(root).small_unpacked() == 0
+    assert resumed.compaction is not None and resumed.compaction.files_written >= 1
+    assert _profiles(root) == len(paths) and Warehouse(root).uncompacted_profiles() == 0
 
 
 def test_a_profile_filter_is_one_expression_not_a_statement(tmp_path: Path) -> None:
@@ -453,6 +462,6 @@ def test_a_really_full_disk_stops_the_batch_cleanly(tmp_path: Path) -> None:
         assert 1 <= len(report.ingested) < len(paths) and report.not_done
         assert report.failed[-1][0] in map(str, paths)
         assert _profiles(root) == len(report.ingested)
-        assert not [p for p in root.iterdir() if p.name.startswith(".staging-")]
+        assert not list(root.glob("_xprosql/staging-*"))
     finally:
         subprocess.run(["umount", str(disk)], check=False)

@@ -58,8 +58,8 @@ def _same_rows(a: pl.DataFrame, b: pl.DataFrame) -> None:
 @pytest.mark.parametrize(("table", "module"), list(PACK_DERIVED_TABLES.items()))
 def test_compaction_stores_analyses_that_equal_their_sql(warehouse: Path, table: str, module: str) -> None:
     run = xprosql.load(warehouse)
-    packed = {p for pack in run.engine.snapshot.packs for p in pack.profiles}
-    assert len(packed) == len(KINETO) and all(table in pack.rows for pack in run.engine.snapshot.packs)
+    packed = set(run.engine.snapshot.stored)
+    assert len(packed) == len(KINETO)
     stored = run.sql(f"SELECT * FROM {table}").pl()
     assert set(stored["profile_id"]) == packed
     only_packed = xprosql.load(warehouse, profiles=sorted(packed))

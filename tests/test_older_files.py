@@ -30,10 +30,7 @@ ANALYSES = ["steps.bottlenecks", "steps.steps", "fleet.profile_summary", "ops.to
 def older(tmp_path_factory: pytest.TempPathFactory) -> Path:
     root = tmp_path_factory.mktemp("older") / "run"
     assert xprosql.ingest(SAMPLES, into=root, compact=False).ok
-    snapshot, lease = Warehouse(root).snapshot()
-    files = snapshot.files("events")
-    if lease is not None:
-        lease.release()
+    files = Warehouse(root).snapshot().table_files("events")
     assert len(files) == len(SAMPLES)
     for file in files:
         table = pq.read_table(file)
@@ -73,7 +70,7 @@ def test_missing_column_reads_null_after_compaction(older: Path, tmp_path: Path)
     report = xprosql.compact(copy)
     assert report is not None and report.rows.get("stored_bottleneck_steps", 0) > 0
     with xprosql.load(copy) as run:
-        assert run.engine.snapshot.packs and run.sql("SELECT count(*) FROM stored_steps").rows()[0][0] > 0
+        assert run.engine.snapshot.stored and run.sql("SELECT count(*) FROM stored_steps").rows()[0][0] > 0
         assert run.sql(f"SELECT count({DROPPED}) FROM events").rows() == [(0,)]
         for analysis, rows in expected.items():
             assert _sorted(run.analysis(analysis).pl()).equals(_sorted(rows)), analysis

@@ -1,22 +1,182 @@
-"""Warehouse promises: idempotent, atomic, safe under concurrent ingest, plain Parquet, cheap snapshots."""
+"""Warehouse promises: Delta tables any engine reads, one transaction per profile, concurrent ingests, time travel."""
 
 from __future__ import annotations
 
+import datetime as dt
 import multiprocessing
-import os
 import shutil
+import subprocess
+import sys
+import textwrap
+import time
 from pathlib import Path
 
+import duckdb
 import polars as pl
-import pyarrow.dataset as ds
+import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import pytest
-from conftest import GPU_SAMPLE, TPU_SAMPLE, tree_digest
+from conftest import GPU_SAMPLE, TEST_DATA, TPU_SAMPLE, tree_digest
+from deltalake import DeltaTable
+from test_batch import SMALL_KINETO, table_digest
 
 import xprosql
 from xprosql.errors import WarehouseError
 from xprosql.ingest import profile_id_of
 from xprosql.models import TABLES
+from xprosql.warehouse import UNSIGNED_COLUMNS, Warehouse
+
+KINETO = [TEST_DATA / "kineto" / f"{name}.json.gz" for name in SMALL_KINETO]
+
+
+def _digest(table: pa.Table) -> tuple[int, int]:
+    """Rows and an order-free hash of every row, as :func:`test_batch.table_digest` takes it from ``run.sql``."""
+    with duckdb.connect() as con:
+        con.register("t", table)
+        drop = " EXCLUDE (ingested_at)" if "ingested_at" in table.column_names else ""
+        return con.sql(f"SELECT count(*), coalesce(sum(hash(to_json(r))), 0) FROM (SELECT *{drop} FROM t) AS r").fetchall()[0]
+
+
+def _as_unsigned(table: str, rows: pa.Table) -> pa.Table:
+    """What the README tells a reader without xprosql: the uint64 columns are stored as int64 of the same bits."""
+    for name in UNSIGNED_COLUMNS[table]:
+        index = rows.column_names.index(name)
+        rows = rows.set_column(index, name, pc.cast(rows.column(index), pa.uint64(), safe=False))
+    return rows
+
+
+def _run_digests(root: Path) -> dict[str, tuple[int, int]]:
+    with xprosql.load(root) as run:
+        return {t: _digest(run.sql(f"SELECT * FROM {t}").arrow()) for t in TABLES}
+
+
+def _assert_engines_agree(root: Path) -> None:
+    expected = _run_digests(root)
+    for table in TABLES:
+        path = root / table
+        through_deltalake = _digest(_as_unsigned(table, pa.table(DeltaTable(path).to_pyarrow_table())))
+        through_polars = _digest(_as_unsigned(table, pl.scan_delta(str(path)).collect().to_arrow()))
+        assert through_deltalake == expected[table] == through_polars, table
+    assert sum(n for n, _ in expected.values()) > 0
+
+
+@pytest.fixture
+def warehouse(tmp_path: Path) -> Path:
+    root = tmp_path / "run"
+    assert xprosql.ingest([*KINETO[:4], TPU_SAMPLE, GPU_SAMPLE], into=root, compact=False).ok
+    return root
+
+
+def test_every_table_reads_the_same_through_deltalake_and_polars_before_and_after_compact(warehouse: Path) -> None:
+    _assert_engines_agree(warehouse)
+    files = {t: len(DeltaTable(warehouse / t).file_uris()) for t in TABLES}
+    report = xprosql.compact(warehouse)
+    assert report is not None and report.files_written > 0 and report.profiles == 6
+    assert sum(len(DeltaTable(warehouse / t).file_uris()) for t in TABLES) < sum(files.values())
+    _assert_engines_agree(warehouse)
+    # Not partitioned: profile_id is a column of every file, and the log's statistics give each file's range.
+    actions = pa.table(DeltaTable(warehouse / "events").get_add_actions(flatten=True)).to_pylist()
+    assert all(a["min.profile_id"] <= a["max.profile_id"] for a in actions)
+    assert not list(warehouse.glob("*/profile_id=*"))
+
+
+def test_a_reader_opened_before_a_compact_and_a_vacuum_keeps_reading(warehouse: Path) -> None:
+    old = xprosql.load(warehouse)
+    before = old.sql("SELECT profile_id, count(*), sum(dur_ps) FROM events GROUP BY 1 ORDER BY 1").rows()
+    version = old.version
+    report = xprosql.compact(warehouse)  # optimize, then vacuum with the default retention
+    assert report is not None and report.files_written
+    new = xprosql.load(warehouse)
+    assert new.version > version and len(new.engine.snapshot.table_files("events")) < len(old.engine.snapshot.table_files("events"))
+    # The old reader's files were replaced in the latest version, and are still there for it.
+    assert not set(old.engine.snapshot.table_files("events")) & set(new.engine.snapshot.table_files("events"))
+    assert old.sql("SELECT profile_id, count(*), sum(dur_ps) FROM events GROUP BY 1 ORDER BY 1").rows() == before
+    assert new.sql("SELECT profile_id, count(*), sum(dur_ps) FROM events GROUP BY 1 ORDER BY 1").rows() == before
+    assert old.roofline().pl().sort(pl.all()).equals(new.roofline().pl().sort(pl.all()))
+    # With no retention, vacuum deletes what no latest version references: the old reader's files.
+    Warehouse(warehouse)._vacuum(0)
+    assert not any(Path(f).exists() for f in old.engine.snapshot.table_files("events"))
+    assert xprosql.load(warehouse).sql("SELECT count(*) FROM events").rows()[0][0] == sum(r[1] for r in before)
+
+
+def _ingest_in_child(args: tuple[list[str], str]) -> tuple[int, int]:
+    sources, root = args
+    report = xprosql.ingest(sources, into=root, compact=False)
+    assert report.ok, str(report)
+    return len(report.ingested), len(report.skipped)
+
+
+def test_four_concurrent_ingests_over_overlapping_files_keep_each_profile_once(tmp_path: Path) -> None:
+    files = [str(p) for p in (*KINETO, TPU_SAMPLE)]
+    serial = tmp_path / "serial"
+    assert xprosql.ingest(files, into=serial, compact=False).ok
+    root = tmp_path / "run"
+    # Every file in two or more sets.
+    sets = [sorted(set(files[i::2] + files[:3])) for i in range(2)] + [files[::-1], files[2:7]]
+    with multiprocessing.get_context("spawn").Pool(4) as pool:
+        counts = pool.map(_ingest_in_child, [(s, str(root)) for s in sets])
+    assert sum(ingested for ingested, _ in counts) == len(files)  # each content committed by one process only
+    assert sum(ingested + skipped for ingested, skipped in counts) == sum(len(s) for s in sets)
+    run = xprosql.load(root)
+    assert sorted(run.profile_ids) == sorted(profile_id_of(Path(p).read_bytes()) for p in files)
+    assert run.sql("SELECT count(*) = count(DISTINCT profile_id) FROM profiles").rows() == [(True,)]
+    assert table_digest(root) == table_digest(serial)
+    assert not list((root / "_xprosql").glob("staging-*"))
+
+
+_KILLED_MIDWAY = """
+import os, signal, sys
+from xprosql.warehouse import UNSIGNED_COLUMNS, Warehouse
+real = Warehouse._append
+def append(self, table, *args, **kwargs):
+    if table == "op_stats":  # devices, events, ... committed; op_stats and profiles not
+        os.kill(os.getpid(), signal.SIGKILL)
+    return real(self, table, *args, **kwargs)
+Warehouse._append = append
+import xprosql
+xprosql.ingest(sys.argv[1], into=sys.argv[2], compact=False)
+"""
+
+
+def test_a_process_killed_mid_commit_leaves_no_partial_profile_and_the_next_ingest_completes_it(tmp_path: Path) -> None:
+    root = tmp_path / "run"
+    assert xprosql.ingest(GPU_SAMPLE, into=root).ok
+    before = xprosql.load(root).version
+    child = subprocess.run([sys.executable, "-c", _KILLED_MIDWAY, str(TPU_SAMPLE), str(root)], check=False)
+    assert child.returncode == -9
+    tpu = profile_id_of(TPU_SAMPLE.read_bytes())
+    # Its events were committed to the events table, past the version the profiles table pins.
+    latest_events = pa.table(DeltaTable(root / "events").to_pyarrow_table(columns=["profile_id"]))
+    assert tpu in latest_events.column("profile_id").to_pylist(), "the kill came before any data commit"
+    run = xprosql.load(root)
+    assert run.version == before and tpu not in run.profile_ids
+    assert run.sql("SELECT count(*) FROM events WHERE profile_id = $p", {"p": tpu}).rows() == [(0,)]
+    report = xprosql.ingest(TPU_SAMPLE, into=root)
+    assert [i.profile_id for i in report.ingested] == [tpu]
+    with xprosql.load(root) as run:
+        assert run.sql("SELECT count(*) FROM events WHERE profile_id = $p", {"p": tpu}).rows() == [(26723,)]
+    _assert_engines_agree(root)  # the dead commit's rows are gone from the latest versions too
+
+
+def test_time_travel_returns_the_earlier_snapshot(tmp_path: Path) -> None:
+    root = tmp_path / "run"
+    assert xprosql.ingest(GPU_SAMPLE, into=root).ok
+    first = xprosql.load(root)
+    rows = first.sql("SELECT count(*) FROM events").rows()
+    time.sleep(0.05)
+    between = dt.datetime.now(dt.timezone.utc)
+    time.sleep(0.05)
+    assert xprosql.ingest(TPU_SAMPLE, into=root).ok
+    xprosql.compact(root)
+    latest = xprosql.load(root)
+    assert len(latest.profile_ids) == 2 and latest.version > first.version
+    for earlier in (xprosql.load(root, version=first.version), xprosql.load(root, as_of=between),
+                    xprosql.load(root, as_of=between.isoformat())):
+        assert earlier.profile_ids == first.profile_ids and earlier.version == first.version
+        assert earlier.sql("SELECT count(*) FROM events").rows() == rows
+    with pytest.raises(WarehouseError, match="no version"):
+        xprosql.load(root, version=latest.version + 5)
 
 
 def test_ingesting_twice_changes_nothing(tmp_path: Path) -> None:
@@ -30,53 +190,8 @@ def test_ingesting_twice_changes_nothing(tmp_path: Path) -> None:
     copy = tmp_path / "copy.xplane.pb"
     shutil.copy(TPU_SAMPLE, copy)
     assert len(xprosql.ingest(copy, into=root).skipped) == 1
-    assert tree_digest(root) == before
-
-
-def _ingest_in_child(args: tuple[str, str]) -> int:
-    source, root = args
-    return len(xprosql.ingest(source, into=root).ingested)
-
-
-def test_concurrent_ingests_into_one_warehouse(tmp_path: Path) -> None:
-    root = tmp_path / "run"
-    jobs = [(str(TPU_SAMPLE), str(root)), (str(TPU_SAMPLE), str(root)), (str(GPU_SAMPLE), str(root))]
-    with multiprocessing.get_context("spawn").Pool(3) as pool:
-        ingested = pool.map(_ingest_in_child, jobs)
-    assert sorted(ingested) == [0, 1, 1]
-    run = xprosql.load(root)
-    assert sorted(run.profile_ids) == sorted(profile_id_of(p.read_bytes()) for p in (TPU_SAMPLE, GPU_SAMPLE))
-    counts = dict(run.sql("SELECT profile_id, count(*) FROM events GROUP BY 1").rows())
-    assert counts[profile_id_of(TPU_SAMPLE.read_bytes())] == 26723
-    assert not [p for p in root.iterdir() if p.name.startswith(".staging-")]
-
-
-def test_a_commit_that_dies_midway_is_invisible_and_retried(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    root = tmp_path / "run"
-    assert xprosql.ingest(GPU_SAMPLE, into=root).ok
-    real_rename = os.rename
-    calls = {"n": 0}
-
-    def rename_then_die(src: str, dst: str) -> None:
-        calls["n"] += 1
-        if calls["n"] == 4:  # some tables moved, profiles not yet
-            raise OSError(28, "No space left on device")
-        real_rename(src, dst)
-
-    monkeypatch.setattr(os, "rename", rename_then_die)
-    report = xprosql.ingest(TPU_SAMPLE, into=root)  # a full disk stops the batch, reported, not raised
-    assert report.stopped and report.failed[0][0] == str(TPU_SAMPLE) and "no space left" in report.failed[0][1]
-    monkeypatch.setattr(os, "rename", real_rename)
-
-    tpu_id = profile_id_of(TPU_SAMPLE.read_bytes())
-    assert (root / "devices" / f"profile_id={tpu_id}").exists(), "the crash left a partial partition behind"
-    run = xprosql.load(root)
-    assert tpu_id not in run.profile_ids
-    assert run.sql("SELECT count(*) FROM events WHERE profile_id = $p", {"p": tpu_id}).rows() == [(0,)]
-    assert not [p for p in root.iterdir() if p.name.startswith(".staging-")]
-
-    assert len(xprosql.ingest(TPU_SAMPLE, into=root).ingested) == 1
-    assert xprosql.load(root).sql("SELECT count(*) FROM events WHERE profile_id = $p", {"p": tpu_id}).rows() == [(26723,)]
+    assert {k: v for k, v in tree_digest(root).items() if not k.startswith("_xprosql")} == \
+        {k: v for k, v in before.items() if not k.startswith("_xprosql")}
 
 
 def test_load_is_a_snapshot(tmp_path: Path) -> None:
@@ -85,20 +200,17 @@ def test_load_is_a_snapshot(tmp_path: Path) -> None:
     run = xprosql.load(root)
     xprosql.ingest(TPU_SAMPLE, into=root)
     assert run.sql("SELECT count(*) FROM profiles").rows() == [(1,)]
+    assert run.sql("SELECT count(DISTINCT profile_id) FROM events").rows() == [(1,)]
     assert xprosql.load(root).sql("SELECT count(*) FROM profiles").rows() == [(2,)]
 
 
-def test_plain_parquet_readable_without_xprosql(xspace_warehouse: Path) -> None:
-    events = ds.dataset(xspace_warehouse / "events", format="parquet", partitioning="hive")
-    assert events.count_rows() == 26723 + 23128
-    lazy = pl.scan_parquet(xspace_warehouse / "events" / "**" / "*.parquet", hive_partitioning=True)
-    assert lazy.select(pl.len()).collect().item() == 26723 + 23128
+def test_data_files_are_zstd_parquet_with_bounded_row_groups(xspace_warehouse: Path) -> None:
     for table in TABLES:
-        for path in (xspace_warehouse / table).rglob("*.parquet"):
-            meta = pq.ParquetFile(path).metadata
-            if meta.num_rows:
-                assert meta.row_group(0).column(0).compression == "ZSTD"
-                assert all(meta.row_group(i).num_rows <= 1_000_000 for i in range(meta.num_row_groups))
+        for uri in DeltaTable(xspace_warehouse / table).file_uris():
+            meta = pq.ParquetFile(uri.removeprefix("file://")).metadata
+            assert pq.read_schema(uri.removeprefix("file://")).names[0] == "profile_id"
+            assert meta.row_group(0).column(0).compression == "ZSTD"
+            assert all(meta.row_group(i).num_rows <= 1_000_000 for i in range(meta.num_row_groups))
 
 
 def test_run_api(xspace_warehouse: Path) -> None:
@@ -123,12 +235,13 @@ def test_run_api(xspace_warehouse: Path) -> None:
 
 
 def test_empty_warehouse_has_every_table(tmp_path: Path) -> None:
-    (tmp_path / "run" / "profiles").mkdir(parents=True)
+    Warehouse(tmp_path / "run").create()
     run = xprosql.load(tmp_path / "run")
     for table in TABLES:
         result = run.sql(f"SELECT * FROM {table}")
         assert len(result) == 0 and result.columns == ["profile_id", *TABLES[table].names]
         assert run.table(table).collect().height == 0
+        assert DeltaTable(tmp_path / "run" / table).to_pyarrow_table().num_rows == 0
 
 
 def test_load_errors(tmp_path: Path) -> None:
@@ -137,13 +250,16 @@ def test_load_errors(tmp_path: Path) -> None:
     (tmp_path / "notwh").mkdir()
     with pytest.raises(WarehouseError, match="not an xprosql warehouse"):
         xprosql.load(tmp_path / "notwh")
+    (tmp_path / "older" / "profiles" / "profile_id=0123456789abcdef").mkdir(parents=True)
+    with pytest.raises(WarehouseError, match="xprosql upgrade"):
+        xprosql.load(tmp_path / "older")
 
 
 def test_a_warehouse_written_before_a_column_existed_still_reads(tmp_path: Path) -> None:
     """Files without a column the schema has now (hand-made by dropping it): the column reads as NULL."""
     root = tmp_path / "run"
     assert xprosql.ingest(TPU_SAMPLE, into=root).ok
-    for path in (root / "hlo_ops").rglob("*.parquet"):
+    for path in Warehouse(root).snapshot().table_files("hlo_ops"):
         table = pq.read_table(path)
         pq.write_table(table.drop_columns(["source_line"]), path)
     run = xprosql.load(root)
@@ -151,10 +267,16 @@ def test_a_warehouse_written_before_a_column_existed_still_reads(tmp_path: Path)
     assert rows[0] == rows[2] > 0 and rows[1] == 0
 
 
-def test_a_profile_without_the_op_stats_its_analyses_read_is_refused(tmp_path: Path) -> None:
-    """A warehouse from before op_stats existed (hand-made by deleting one profile's op_stats): load says so."""
-    root = tmp_path / "run"
-    assert xprosql.ingest([TPU_SAMPLE, GPU_SAMPLE], into=root).ok
-    shutil.rmtree(root / "op_stats" / f"profile_id={profile_id_of(GPU_SAMPLE.read_bytes())}")
-    with pytest.raises(WarehouseError, match="1 profiles .* without the op_stats table"):
-        xprosql.load(root)
+def test_readme_recipes_read_the_warehouse_without_xprosql(warehouse: Path) -> None:
+    """The README's "read it without xprosql" snippets, run as a user runs them (a fresh process)."""
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    section = readme[readme.index("### Reading it without xprosql"):]
+    snippet = section[section.index("```python") + len("```python"):]
+    snippet = snippet[:snippet.index("```")]
+    events = xprosql.load(warehouse).sql("SELECT count(*) FROM events").rows()[0][0]
+    script = textwrap.dedent(snippet).replace('"run/"', repr(f"{warehouse}/"))
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True).stdout.split()
+    assert out == [str(events)] * (len(out)) and len(out) == 5, out  # deltalake, Polars, DuckDB, pandas, Dask
+    xprosql.compact(warehouse)
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True).stdout.split()
+    assert out == [str(events)] * 5, out

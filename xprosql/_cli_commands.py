@@ -159,7 +159,7 @@ def _cmd_ingest(args: argparse.Namespace) -> int:
     for path, reason in report.failed:  # at the end, after the progress bar: the list to act on
         print(f"error: {path}: {one_line(reason)}", file=sys.stderr)
     print(f"{len(report.ingested)} ingested, {len(report.skipped)} already present, {len(report.failed)} failed")
-    if report.compaction is not None and report.compaction.packs_written:
+    if report.compaction is not None and report.compaction.files_written:
         print(f"compacted: {report.compaction}")
     if interrupted:
         print(f"interrupted: {len(report.not_done)} files not done; run the same command again to resume", file=sys.stderr)
@@ -176,6 +176,12 @@ def _cmd_compact(args: argparse.Namespace) -> int:
     print(compact(args.dir))
     return 0
 
+
+def _cmd_upgrade(args: argparse.Namespace) -> int:
+    from xprosql.upgrade import upgrade
+
+    print(upgrade(args.dir))
+    return 0
 
 def _cmd_analyses(args: argparse.Namespace) -> int:
     from xprosql.engine.catalogue import analyses, describe

@@ -4,6 +4,7 @@ Example:
     $ xprosql ingest logs/ --into run/
     $ xprosql ingest fleet/ --into run/ --jobs 8 --tag team=nlp
     $ xprosql compact run/
+    $ xprosql upgrade old_run/
     $ xprosql sql run/ "SELECT name, sum(dur_ps) FROM events GROUP BY 1 ORDER BY 2 DESC LIMIT 10"
     $ xprosql tables run/
     $ xprosql demo
@@ -46,15 +47,20 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None,
                    help="progress bar with rate and ETA on stderr (default: when stderr is a terminal)")
     p.add_argument("--compact", choices=["auto", "always", "never"], default="auto",
-                   help="pack small profiles after ingesting (auto: once enough are unpacked)")
+                   help="compact after ingesting (auto: once enough profiles were committed since the last compaction)")
     p.add_argument("--quiet", "-q", action="store_true", help="no line per file; failures and the summary only")
     p.add_argument("--keep-secrets", action="store_true",
                    help="store credentials as the files hold them (default: replaced by <redacted> and counted)")
     p.set_defaults(subcommand="ingest")
 
-    p = commands.add_parser("compact", help="merge small profiles' files into packs (readers keep working)")
+    p = commands.add_parser("compact", help="Delta optimize (small files packed, ordered by profile) and vacuum; "
+                                            "readers keep working")
     p.add_argument("dir", help="warehouse directory")
     p.set_defaults(subcommand="compact")
+
+    p = commands.add_parser("upgrade", help="convert a warehouse of an older xprosql (hive partitions) to Delta tables")
+    p.add_argument("dir", help="warehouse directory")
+    p.set_defaults(subcommand="upgrade")
 
     p = commands.add_parser("analyses", help="list the analyses, or one's parameters and columns")
     p.add_argument("name", nargs="?", help="an analysis (e.g. roofline or ops.roofline)")

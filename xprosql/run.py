@@ -1,7 +1,7 @@
 """A read-only handle on a warehouse: SQL and every analysis over one snapshot of it.
 
-:class:`Run` is the facade: it opens a snapshot (with a lease that keeps its files through later
-compactions), hands it to an :class:`~xprosql.engine.Engine`, and gives each analysis of
+:class:`Run` is the facade: it opens a snapshot (a version of the warehouse's Delta tables; an earlier
+one with ``version=`` or ``as_of=``), hands it to an :class:`~xprosql.engine.Engine`, and gives each analysis of
 :mod:`xprosql.queries` a method with explicit options. Every method returns a lazy
 :class:`~xprosql.engine.Result`.
 
@@ -13,6 +13,7 @@ Example:
 
 from __future__ import annotations
 
+import datetime as dt
 import os
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -55,27 +56,25 @@ class Run:
         profiles: Sequence[str] | None = None,
         where: str | None = None,
         cluster: Any = None,
+        version: int | None = None,
+        as_of: dt.datetime | str | None = None,
     ) -> None:
         self.path = Path(path)
-        warehouse = Warehouse(self.path)
-        warehouse.check_readable()
-        # The lease keeps this snapshot's files on disk through later compactions, until close().
-        snapshot, self._lease = warehouse.snapshot(profiles=profiles)
-        try:
-            for derived in INGEST_DERIVED_TABLES:
-                stale = snapshot.profiles_without(derived)
-                if stale:
-                    raise WarehouseError(
-                        f"{self.path}: {len(stale)} profiles (e.g. {stale[0]}) were ingested by an older xprosql, "
-                        f"without the {derived} table the analyses read; ingest their files into a new warehouse")
-            self.engine = Engine(snapshot, backend=DaskBackend(cluster) if cluster is not None else None)
-            if where is not None:
-                self.engine = Engine(snapshot.restrict(self.engine.profiles_where(where)), backend=self.engine.backend)
-        except BaseException:
-            if self._lease is not None:
-                self._lease.release()
-            raise
+        # Files of older versions stay for the vacuum retention (xprosql.warehouse), which is what keeps this
+        # snapshot readable through later compactions.
+        snapshot = Warehouse(self.path).snapshot(profiles=profiles, version=version, as_of=as_of)
+        for derived in INGEST_DERIVED_TABLES:
+            stale = snapshot.profiles_without(derived)
+            if stale:
+                raise WarehouseError(
+                    f"{self.path}: {len(stale)} profiles (e.g. {stale[0]}) were ingested by an older xprosql, "
+                    f"without the {derived} table the analyses read; ingest their files into a new warehouse")
+        self.engine = Engine(snapshot, backend=DaskBackend(cluster) if cluster is not None else None)
+        if where is not None:
+            self.engine = Engine(snapshot.restrict(self.engine.profiles_where(where)), backend=self.engine.backend)
         self.profile_ids: list[str] = self.engine.profile_ids
+        #: the warehouse version read (the ``profiles`` Delta table's)
+        self.version: int = snapshot.version
 
     # -- SQL and tables -----------------------------------------------------------------------------
 
@@ -408,9 +407,6 @@ class Run:
 
     def close(self) -> None:
         self.engine.close()
-        if self._lease is not None:
-            self._lease.release()
-            self._lease = None
 
     def __enter__(self) -> Run:
         return self
@@ -428,16 +424,20 @@ def load(
     profiles: Sequence[str] | None = None,
     where: str | None = None,
     cluster: Any = None,
+    version: int | None = None,
+    as_of: dt.datetime | str | None = None,
 ) -> Run:
-    """Open a warehouse read-only. Cheap: lists files, copies no data.
+    """Open a warehouse read-only. Cheap: reads the tables' logs, copies no data.
 
     ``where`` keeps the profiles matching one SQL expression on ``profiles`` (tags, times, hosts):
     only their files are read. ``cluster`` (a ``dask.distributed.Client``) runs the analyses per
-    share of profiles on the cluster.
+    share of profiles on the cluster. ``version`` (an integer, ``run.version`` of an earlier load) or
+    ``as_of`` (a datetime or ISO 8601 text: the last version committed by then) reads an earlier
+    snapshot, while vacuum has not deleted its files (``xprosql.compact``'s ``retention_hours``).
 
     Example:
         >>> run = load("run/")                                       # doctest: +SKIP
         >>> run.sql("SELECT count(*) FROM events").rows()            # doctest: +SKIP
         [(37443,)]
     """
-    return Run(path, profiles=profiles, where=where, cluster=cluster)
+    return Run(path, profiles=profiles, where=where, cluster=cluster, version=version, as_of=as_of)

@@ -22,7 +22,7 @@ import pyarrow as pa
 from xprosql._duckdb import connect
 from xprosql.engine.functions import register_functions
 from xprosql.models.tables import PARTITION_COLUMN, TABLES
-from xprosql.warehouse import Snapshot
+from xprosql.warehouse import Snapshot, unsigned_sql
 
 __all__ = ["connect_views", "query", "run_on_share", "snapshot_connection"]
 
@@ -37,7 +37,8 @@ def connect_views(
 
     ``sources[table]`` is the SQL that reads the table (``profile_id`` included); a table left out or
     None has no file yet and is empty. ``arrow``: in-memory tables registered first, under their
-    names, for the sources to read. Columns a source lacks read as NULL.
+    names, for the sources to read. Columns a source lacks read as NULL; unsigned columns, which data files
+    store as int64 of the same bits (Delta has no unsigned type), read as UBIGINT.
     """
     con = connect(config=dict(config or {}))
     for name, table in (arrow or {}).items():
@@ -48,7 +49,7 @@ def connect_views(
         con.register(f"_columns_{table}", schema.empty_table().add_column(0, PARTITION_COLUMN, pa.array([], pa.string())))
         scan = sources.get(table)
         body = f"SELECT * FROM _columns_{table}" if scan is None else (
-            f"SELECT * FROM ({scan}) UNION ALL BY NAME SELECT * FROM _columns_{table}")
+            f"SELECT *{unsigned_sql(table)} FROM (SELECT * FROM ({scan}) UNION ALL BY NAME SELECT * FROM _columns_{table})")
         con.execute(f"CREATE VIEW {table} AS {body}")
     register_functions(con)
     return con

@@ -2,11 +2,12 @@
 
 ``xprosql.load(DIR, cluster=client)`` with a ``dask.distributed.Client`` gives the run's
 :class:`~xprosql.engine.Engine` this backend: each analysis (the includes of a fleet analysis) runs
-as one task per share of whole profiles (a pack is never split), each task opening views over its
+as one task per share of whole profiles (contiguous in ``profile_id``), each task opening views over its
 share's files (:func:`xprosql.engine.connection.run_on_share`); the engine combines the parts.
 
 Tasks get file paths, not data: the workers must see the warehouse at the same paths (a shared file
-system). The driver's snapshot lease keeps those files alive until the run is closed.
+system). Vacuum keeps the files of older versions for ``VACUUM_RETENTION_HOURS``
+(:mod:`xprosql.warehouse`).
 
 Example:
     >>> from dask.distributed import Client, LocalCluster                     # doctest: +SKIP

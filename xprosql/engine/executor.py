@@ -3,7 +3,7 @@
 :class:`Engine` is the interface every analysis (``xprosql.queries``) is written against. Given an
 analysis of the SQL library and its parameters, it chooses:
 
-* **stored rows**: profiles in packs whose compaction stored the rows of a module the analysis
+* **stored rows**: profiles whose compaction stored the rows of a module the analysis
   builds on (``models.tables.PACK_DERIVED_TABLES``) read them, when every parameter of that module
   the caller can set has its default; the other profiles compute it from their events;
 * **shares**: an analysis that scans events runs over shares of whole profiles of about
@@ -16,7 +16,7 @@ analysis of the SQL library and its parameters, it chooses:
 Otherwise it is one lazy DuckDB query. Every connection comes from :mod:`xprosql.engine.connection`.
 
 Example:
-    >>> engine = Engine(Warehouse("run/").snapshot(lease=False)[0])        # doctest: +SKIP
+    >>> engine = Engine(Warehouse("run/").snapshot())                       # doctest: +SKIP
     >>> engine.analysis("roofline", top=5).pl()                             # doctest: +SKIP
 """
 
@@ -37,7 +37,7 @@ from xprosql.engine.library import Library, library, used_parameters
 from xprosql.engine.result import Result, first_line
 from xprosql.errors import ParameterError, QueryError
 from xprosql.models.tables import PACK_DERIVED_TABLES
-from xprosql.warehouse import PACK_TARGET_ROWS, CompactReport, Snapshot, Warehouse
+from xprosql.warehouse import PACK_TARGET_ROWS, VACUUM_RETENTION_HOURS, CompactReport, Snapshot, Warehouse
 
 __all__ = [
     "SHARE_EVENTS", "Backend", "Engine", "LocalBackend", "combine", "compact", "derive_stored_table", "profiles_where",
@@ -232,8 +232,7 @@ class Engine:
     def _per_profile(self, module_id: str, bound: Mapping[str, Any], snapshot: Snapshot) -> Result:
         text = self.library.text(module_id)
         stored = self._stored(module_id, bound)
-        covered = {p for pack in snapshot.packs if all(t in pack.rows for t in stored.values())
-                   for p in pack.profiles} & set(snapshot.profile_ids) if stored else set()
+        covered = snapshot.stored & set(snapshot.profile_ids) if stored else set()
         if not covered:
             return self._map(snapshot, text, bound, module_id)
         stored_text = self.library.text(module_id, frozenset(stored.items()))
@@ -311,12 +310,16 @@ def profiles_where(snapshot: Snapshot, where: str) -> list[str]:
 
 
 def compact(path: str | os.PathLike[str], *, target_rows: int = PACK_TARGET_ROWS, min_profiles: int = 2,
-            wait: bool = True) -> CompactReport | None:
-    """Compact the warehouse at ``path`` (:meth:`xprosql.warehouse.Warehouse.compact`), storing for each new pack
-    the rows of ``PACK_DERIVED_TABLES`` that fleet queries read instead of events.
+            wait: bool = True, retention_hours: float = VACUUM_RETENTION_HOURS) -> CompactReport | None:
+    """Compact the warehouse at ``path`` (:meth:`xprosql.warehouse.Warehouse.compact`: Delta's optimize, ordered
+    by profile, then vacuum), storing for the profiles compacted the first time the rows of
+    ``PACK_DERIVED_TABLES`` that fleet queries read instead of events.
+
+    ``target_rows``: rows of a packed file; ``retention_hours``: how long a file no latest version references
+    is kept for readers of older versions before vacuum deletes it.
 
     Example:
         >>> print(xprosql.compact("run/"))                                     # doctest: +SKIP
     """
     return Warehouse(path).compact(target_rows=target_rows, min_profiles=min_profiles, wait=wait,
-                                   derive=derive_stored_table)
+                                   derive=derive_stored_table, retention_hours=retention_hours)

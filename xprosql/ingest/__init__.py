@@ -4,8 +4,9 @@ One module per source format turns a file into Arrow record batches
 (:mod:`xprosql.ingest.xspace`, :mod:`xprosql.ingest.hlo`); this module finds
 the files, names the profiles and hands the batches to the warehouse writer.
 
-Batch ingest (``jobs=N``) decodes files in N processes; each profile still
-commits atomically, so an interrupted batch is resumed by running it again.
+Batch ingest (``jobs=N``) decodes files in N processes. Profiles are committed a few at a time
+(``COMMIT_BATCH``, one Delta log entry per table for all of them), each profile whole, so an
+interrupted batch is resumed by running it again.
 
 Tags label profiles for grouping and pruning: ``tags={"job": "bert"}`` and
 ``xprosql.json`` files in the profile directories (see :func:`read_metadata_file`);
@@ -35,7 +36,7 @@ import stat
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -45,14 +46,14 @@ import duckdb
 import pyarrow as pa
 
 from xprosql.engine.executor import derive_stored_table
-from xprosql.errors import IngestError
+from xprosql.errors import IngestError, WarehouseError
 from xprosql.ingest import xspace_wire
 from xprosql.ingest.derived import DecodedTables, derive_tables
 from xprosql.ingest.kineto import decode_kineto
 from xprosql.ingest.secrets import Redactor
 from xprosql.ingest.xspace import decode_xspace
 from xprosql.models.tables import TABLES
-from xprosql.warehouse import AUTO_COMPACT_MIN_PROFILES, CompactReport, Warehouse
+from xprosql.warehouse import AUTO_COMPACT_MIN_PROFILES, COMMIT_BATCH, CompactReport, StagedProfile, Warehouse
 
 __all__ = [
     "METADATA_FILE",
@@ -119,7 +120,7 @@ class IngestReport:
             lines.append(f"  stopped: {self.stopped}")
         if self.not_done:
             lines.append(f"  not done: {len(self.not_done)} files; run the same ingest again to resume")
-        if self.compaction is not None and self.compaction.packs_written:
+        if self.compaction is not None and self.compaction.files_written:
             lines.append(f"  compacted: {self.compaction}")
         return "\n".join(lines)
 
@@ -307,31 +308,81 @@ def tags_for(
 
 
 # What became of one file: ("ingested" | "skipped", path, profile_id, (rows, redacted secrets)), ("failed", path,
-# "", reason), or ("disk_full", path, "", reason), which stops the batch.
+# "", reason), ("disk_full", path, "", reason), which stops the batch, or ("not_done", path, "", ""): not tried.
 _Outcome = tuple[str, str, str, object]
+# A file decoded and staged, waiting for its chunk's commit: its outcome once committed, and its files.
+_Staged = tuple[ProfileIngested, StagedProfile]
 
 
-def _attempt(path: Path, warehouse: Warehouse, *, tags: Mapping[str, str], keep_secrets: bool) -> _Outcome:
-    """Ingest one file; every failure, whatever its kind, is an outcome naming the file, never an exception."""
+def _attempt(path: Path, warehouse: Warehouse, *, tags: Mapping[str, str], keep_secrets: bool) -> _Outcome | _Staged:
+    """Decode and stage one file; every failure, whatever its kind, is an outcome naming the file, never an exception."""
     try:
-        result, written = _ingest_file(path, warehouse, tags=tags, keep_secrets=keep_secrets)
+        result, staged = _ingest_file(path, warehouse, tags=tags, keep_secrets=keep_secrets)
     except IngestError as exc:
         return "failed", exc.path, "", exc.problem
     except OSError as exc:
-        if exc.errno == errno.ENOSPC:
-            return "disk_full", str(path), "", f"no space left on the warehouse's disk ({exc.strerror}); nothing of it was kept"
-        return "failed", str(path), "", f"cannot ingest: {exc.strerror or exc}"
+        return _os_failure(str(path), exc)
     except RecursionError:
         return "failed", str(path), "", "nested too deeply to decode"
     except MemoryError:
         return "failed", str(path), "", "does not fit in memory: it expands to more than this machine has"
     except Exception as exc:  # a bug must not stop the batch: report it against the file
         return "failed", str(path), "", f"internal error: {type(exc).__name__}: {exc}"
-    return ("ingested" if written else "skipped"), result.path, result.profile_id, (result.rows, result.redacted_secrets)
+    if staged is None:
+        return "skipped", result.path, result.profile_id, (result.rows, result.redacted_secrets)
+    return result, staged
+
+
+def _os_failure(path: str, exc: OSError) -> _Outcome:
+    if exc.errno == errno.ENOSPC:
+        return "disk_full", path, "", f"no space left on the warehouse's disk ({exc.strerror}); nothing of it was kept"
+    return "failed", path, "", f"cannot ingest: {exc.strerror or exc}"
+
+
+def _ingest_chunk(items: Sequence[tuple[Path, Mapping[str, str]]], warehouse: Warehouse, *,
+                  keep_secrets: bool) -> list[_Outcome]:
+    """Decode and stage each file, then commit the staged profiles together (each one whole)."""
+    outcomes: list[_Outcome | None] = []
+    staged: dict[int, _Staged] = {}
+    try:
+        for index, (path, tags) in enumerate(items):
+            attempt = _attempt(path, warehouse, tags=tags, keep_secrets=keep_secrets)
+            if len(attempt) == 2:
+                staged[index] = attempt
+                outcomes.append(None)
+                continue
+            outcomes.append(attempt)
+            if attempt[0] == "disk_full":  # the rest waits for a resume
+                outcomes += [("not_done", str(p), "", "") for p, _ in items[index + 1:]]
+                break
+        if staged:
+            if _PARENT is not None and os.getppid() != _PARENT:
+                for index, (result, _) in staged.items():
+                    outcomes[index] = ("failed", result.path, "", "the ingest that asked for it has stopped: not committed")
+                return [o for o in outcomes if o is not None]
+            try:
+                kept = warehouse.commit([item for _, item in staged.values()])
+            except OSError as exc:
+                for index, (result, _) in staged.items():
+                    outcomes[index] = _os_failure(result.path, exc)
+            except Exception as exc:  # a bug must not stop the batch: report it against the files
+                for index, (result, _) in staged.items():
+                    outcomes[index] = ("failed", result.path, "", f"not committed: {type(exc).__name__}: {exc}")
+            else:
+                for (index, (result, _)), committed in zip(staged.items(), kept, strict=True):
+                    outcomes[index] = ("ingested" if committed else "skipped", result.path, result.profile_id,
+                                       (result.rows if committed else {}, result.redacted_secrets))
+    finally:
+        for _, item in staged.values():
+            item.discard()  # committed ones are gone already; a Ctrl-C discards the rest
+    return [o for o in outcomes if o is not None]
 
 
 def _record(report: IngestReport, outcome: _Outcome) -> None:
     status, name, profile_id, payload = outcome
+    if status == "not_done":
+        report.not_done.append(name)
+        return
     if status in ("failed", "disk_full"):
         report.failed.append((name, str(payload)))
         if status == "disk_full":
@@ -388,13 +439,14 @@ def _contents(path: Path) -> Iterator[tuple[bytes | mmap.mmap, _Decoder]]:
 
 
 def _ingest_file(path: Path, warehouse: Warehouse, *, tags: Mapping[str, str] | None,
-                 keep_secrets: bool = False) -> tuple[ProfileIngested, bool]:
+                 keep_secrets: bool = False) -> tuple[ProfileIngested, StagedProfile | None]:
+    """Decode ``path`` into staged files (None when its content is in the warehouse already); the caller commits."""
     with _contents(path) as (data, decoder):
         sha256 = hashlib.sha256(data).hexdigest()
         xspace_wire.drop_pages(data)
         profile_id = sha256[:16]  # profile_id_of(data), hashed once
         if warehouse.has_profile(profile_id):
-            return ProfileIngested(str(path), profile_id), False
+            return ProfileIngested(str(path), profile_id), None
         run, host = _run_and_host(path)
         with warehouse.stage(profile_id) as staged:
             try:
@@ -416,14 +468,12 @@ def _ingest_file(path: Path, warehouse: Warehouse, *, tags: Mapping[str, str] | 
                             staged.write(table, batch)
                 except duckdb.Error as exc:  # values the summary SQL cannot add up (e.g. sums past int64)
                     raise IngestError(path, f"cannot derive its summary tables: {type(exc).__name__}: {exc}") from None
+                staged.finish()
             except (OverflowError, ValueError, TypeError, KeyError, pa.ArrowException) as exc:
                 # A file that parses but holds impossible values (times past int64 ps, ...).
                 raise IngestError(path, f"corrupt content: {type(exc).__name__}: {exc}") from None
-            if _PARENT is not None and os.getppid() != _PARENT:
-                raise IngestError(path, "the ingest that asked for it has stopped: not committed")
-            written = warehouse.commit(staged)
     return ProfileIngested(str(path), profile_id, {t: n for t, n in staged.rows.items()},
-                           0 if redactor is None else redactor.count), written
+                           0 if redactor is None else redactor.count), staged
 
 
 def _complete_profile_row(
@@ -447,9 +497,10 @@ def _complete_profile_row(
     return pa.RecordBatch.from_pylist([row], schema=TABLES["profiles"])
 
 
-def _task(path: str, into: str, tags: dict[str, str], keep_secrets: bool) -> _Outcome:
-    """One file in a worker process."""
-    return _attempt(Path(path), Warehouse(into), tags=tags, keep_secrets=keep_secrets)
+def _task(paths: list[str], into: str, tags: list[dict[str, str]], keep_secrets: bool) -> list[_Outcome]:
+    """A chunk of files in a worker process, committed together."""
+    return _ingest_chunk([(Path(p), t) for p, t in zip(paths, tags, strict=True)], Warehouse(into),
+                         keep_secrets=keep_secrets)
 
 
 # The process that started this worker (None: not a worker). A worker never commits for a parent that is gone.
@@ -546,7 +597,7 @@ def ingest(
         jobs: processes decoding files at once (1: in this process).
         tags: tags of every profile, over those of ``xprosql.json`` files (:func:`tags_for`).
         progress: a progress bar on stderr; default: when stderr is a terminal.
-        compact: "auto" packs small profiles once enough are unpacked
+        compact: "auto" compacts once enough profiles were committed since the last compaction
             (``AUTO_COMPACT_MIN_PROFILES``); True always; False never.
         keep_secrets: store credentials as the files hold them; by default they are replaced by
             ``<redacted>`` and counted (``profiles.redacted_secrets``; :mod:`xprosql.ingest.secrets`).
@@ -563,8 +614,11 @@ def ingest(
         if not key or "=" in key:
             raise ValueError(f"bad tag name {key!r}")
     warehouse = Warehouse(into)
+    if warehouse.is_older_format():
+        raise WarehouseError(f"{into}: a warehouse of an older xprosql (hive partitions, not Delta tables); convert it "
+                             f"with `xprosql upgrade {into}` first")
     report = IngestReport()
-    # Leftovers of killed ingests (staging folders, half-moved partitions) go first.
+    # Leftovers of killed ingests (staging folders, commits cut short) go first.
     warehouse.collect_garbage()
     work: list[tuple[Path, dict[str, str]]] = []
     cache: dict[Path, dict[str, str]] = {}
@@ -596,12 +650,12 @@ def ingest(
         if bar is not None:
             bar.close()
     # Also after a run that found everything present: a resume after a kill during compaction compacts.
-    if (report.ingested or report.skipped) and not report.stopped and (compact is True or (compact == "auto" and warehouse.small_unpacked() >= AUTO_COMPACT_MIN_PROFILES)):
+    if (report.ingested or report.skipped) and not report.stopped and (compact is True or (compact == "auto" and warehouse.uncompacted_profiles() >= AUTO_COMPACT_MIN_PROFILES)):
         try:
             report.compaction = warehouse.compact(wait=compact is True, derive=derive_stored_table)
-        except OSError as exc:  # the profiles are committed; the packs it began are gone again
+        except OSError as exc:  # the profiles are committed; the files it began are gone again
             report.failed.append((str(into), f"compaction not done ({exc.strerror or exc}): the profiles are kept "
-                                             "unpacked; run `xprosql compact` once there is room"))
+                                             "as they were; run `xprosql compact` once there is room"))
     return report
 
 
@@ -609,17 +663,19 @@ def _ingest_serial(
     work: list[tuple[Path, dict[str, str]]], warehouse: Warehouse, report: IngestReport, bar: _Progress | None,
     sizes: dict[Path, int], *, keep_secrets: bool,
 ) -> None:
-    for index, (path, file_tags) in enumerate(work):
+    for start in range(0, len(work), COMMIT_BATCH):
+        chunk = work[start:start + COMMIT_BATCH]
         try:
-            outcome = _attempt(path, warehouse, tags=file_tags, keep_secrets=keep_secrets)
-        except KeyboardInterrupt:  # the profile being written was discarded whole
-            report.not_done = [str(p) for p, _ in work[index:]]
+            outcomes = _ingest_chunk(chunk, warehouse, keep_secrets=keep_secrets)
+        except KeyboardInterrupt:  # the profiles of the chunk not committed yet were discarded whole
+            report.not_done = [str(p) for p, _ in work[start:]]
             raise IngestInterrupted(report) from None
-        _record(report, outcome)
-        if bar is not None:
-            bar.update(sizes[path], failed=outcome[0] != "ingested" and outcome[0] != "skipped")
-        if outcome[0] == "disk_full":
-            report.not_done = [str(p) for p, _ in work[index + 1:]]
+        for (path, _), outcome in zip(chunk, outcomes, strict=True):
+            _record(report, outcome)
+            if bar is not None and outcome[0] != "not_done":
+                bar.update(sizes[path], failed=outcome[0] != "ingested" and outcome[0] != "skipped")
+        if any(outcome[0] == "disk_full" for outcome in outcomes):
+            report.not_done += [str(p) for p, _ in work[start + len(chunk):]]
             return
 
 
@@ -648,50 +704,64 @@ def _main_thread() -> bool:
     return threading.current_thread() is threading.main_thread()
 
 
+def _chunks(paths: list[Path], jobs: int) -> list[list[Path]]:
+    """Files in chunks a worker commits together: up to ``COMMIT_BATCH``, small enough that every worker gets several."""
+    size = max(1, min(COMMIT_BATCH, len(paths) // max(4 * jobs, 1)))
+    return [paths[i:i + size] for i in range(0, len(paths), size)]
+
+
 def _run_pools(
     work: list[tuple[Path, dict[str, str]]], into: str | os.PathLike[str], jobs: int, report: IngestReport,
     bar: _Progress | None, sizes: dict[Path, int], *, keep_secrets: bool,
 ) -> None:
     executor = _pool(min(jobs, len(work)))
     tags_of = dict(work)
-    futures = {executor.submit(_task, str(path), str(into), file_tags, keep_secrets): path for path, file_tags in work}
+
+    def submit(pool: cf.ProcessPoolExecutor, chunk: list[Path]) -> cf.Future:
+        return pool.submit(_task, [str(p) for p in chunk], str(into), [tags_of[p] for p in chunk], keep_secrets)
+
+    futures = {submit(executor, chunk): chunk for chunk in _chunks([path for path, _ in work], jobs)}
     pending = set(futures)
     orphans: list[Path] = []  # files of a pool whose worker died: each is tried again alone, to name the culprit
 
-    def collect(done: Iterable[cf.Future], of: Mapping[cf.Future, Path] = futures) -> bool:
+    def collect(done: Iterable[cf.Future], of: Mapping[cf.Future, list[Path]] = futures) -> bool:
         """Record finished files; False once the disk is full."""
         room = True
         for future in done:
-            path = of[future]
+            chunk = of[future]
             try:
-                outcome = future.result()
+                outcomes = future.result()
             except cf.process.BrokenProcessPool:
-                orphans.append(path)
+                orphans.extend(chunk)
                 continue
-            _record(report, outcome)
-            room = room and outcome[0] != "disk_full"
-            if bar is not None:
-                bar.update(sizes[path], failed=outcome[0] not in ("ingested", "skipped"))
+            for path, outcome in zip(chunk, outcomes, strict=True):
+                _record(report, outcome)
+                room = room and outcome[0] != "disk_full"
+                if bar is not None and outcome[0] != "not_done":
+                    bar.update(sizes[path], failed=outcome[0] not in ("ingested", "skipped"))
         return room
+
+    def files(chosen: Iterable[cf.Future]) -> list[str]:
+        return sorted(str(p) for f in chosen for p in futures[f])
 
     try:
         while pending:
             done, pending = cf.wait(pending, return_when=cf.FIRST_COMPLETED)
             if not collect(done):  # the files running finish (or fail alike); the others wait for a resume
-                report.not_done = sorted(str(futures[f]) for f in pending if f.cancel())
+                report.not_done += files(f for f in pending if f.cancel())
                 collect(cf.wait([f for f in pending if not f.cancelled()]).done)
                 break
     except KeyboardInterrupt:
         # Stop handing out files; the ones running finish and commit (a second Ctrl-C stops at once).
         not_started = [f for f in pending if f.cancel()]
-        report.not_done = sorted(str(futures[f]) for f in not_started)
+        report.not_done = files(not_started)
         try:
             running = [f for f in pending if not f.cancelled()]
             collect(cf.wait(running).done)
         except KeyboardInterrupt:
             for process in list(getattr(executor, "_processes", {}).values()):
                 process.terminate()
-            report.not_done = sorted(str(futures[f]) for f in pending if not f.done() or f.cancelled())
+            report.not_done = files(f for f in pending if not f.done() or f.cancelled())
         executor.shutdown(wait=False, cancel_futures=True)
         raise IngestInterrupted(report) from None
     executor.shutdown(wait=True)
@@ -703,7 +773,7 @@ def _run_pools(
             if not group:
                 continue
             again = _pool(min(workers, len(group)))
-            tries = {again.submit(_task, str(path), str(into), tags_of[path], keep_secrets): path for path in group}
+            tries = {submit(again, chunk): chunk for chunk in _chunks(group, workers)}
             collect(cf.wait(tries).done, tries)
             again.shutdown(wait=True)
     for path in orphans:

@@ -70,9 +70,9 @@ def derive_tables(staged: StagedProfile, decoded: DecodedTables | None = None) -
         staged.finish(_DECODED)
     sources = {}
     for table in _DECODED:
-        source = f"read_parquet({_quoted(str(staged.file(table)))})" if kept is None else f"decoded_{table}"
         # One profile: its id is dropped from the result, and an empty one is the cheapest key to sort by.
-        sources[table] = f"SELECT '' AS profile_id, * FROM {source}"
+        sources[table] = (f"SELECT * REPLACE ('' AS profile_id) FROM read_parquet({_quoted(str(staged.file(table)))})"
+                          if kept is None else f"SELECT '' AS profile_id, * FROM decoded_{table}")
     arrow = {f"decoded_{table}": rows for table, rows in (kept or {}).items()}
     con = connect_views(sources, arrow=arrow, config={"memory_limit": DERIVE_MEMORY_LIMIT,
                                                       "temp_directory": str(staged.directory / ".spill")})

@@ -1,11 +1,9 @@
 """The warehouse tables: names, columns, types, units and descriptions.
 
-This module is the public contract of the Parquet warehouse. A fresh ingest
-writes one hive partition per profile (``<table>/profile_id=<id>/``, where
-``profile_id`` comes from the directory name); compaction merges small profiles
-into ``<table>/_packs/*.parquet`` files that store ``profile_id`` as a column,
-listed by the current ``_manifests/<generation>.json``. ``xprosql.load`` reads
-both; see the README for reading them without xprosql.
+This module is the public contract of the warehouse: each table is a Delta Lake
+table ``<root>/<table>/`` whose Parquet files hold ``profile_id`` as their first
+column (not partitioned); compaction packs small files ordered by profile
+(:mod:`xprosql.warehouse`). See the README for reading them without xprosql.
 
 Times are integer picoseconds relative to the profile's ``start_ns``.
 
@@ -378,7 +376,7 @@ TABLES: dict[str, pa.Schema] = {
         _col("device_time_ps", pa.int64(), "the device's time: first op start to last op end of each of its XLA devices, summed (the same on every row of the device)", "ps"),
     ]),
     # The rows of the steps analysis (sql/steps/steps.sql, default parameters), stored by compaction for the
-    # profiles it packs; empty for unpacked profiles: run.steps() computes theirs from their events.
+    # profiles it compacts; empty for profiles not compacted yet: run.steps() computes theirs from their events.
     "stored_steps": pa.schema([
         _col("device_id", pa.int32(), "devices.device_id of the busy device"),
         _col("device", pa.string(), "device name, e.g. /device:TPU:0"),
@@ -396,7 +394,7 @@ TABLES: dict[str, pa.Schema] = {
         _col("complete", pa.bool_(), "false for a step XProf's overview drops as incomplete (first or last of more than 5)"),
     ]),
     # The rows of sql/steps/_bottleneck_steps.sql (default parameters), stored by compaction for the profiles it
-    # packs; empty for unpacked profiles, whose bottlenecks are computed from their events.
+    # compacts; empty for profiles not compacted yet, whose bottlenecks are computed from their events.
     "stored_bottleneck_steps": pa.schema([
         _col("device_id", pa.int32(), "devices.device_id"),
         _col("device", pa.string(), "device name"),
@@ -434,7 +432,7 @@ INGEST_DERIVED_TABLES: dict[str, str] = {"memory_events": "memory._memory_events
                                          "framework_op_kernels": "torch._framework_op_kernels",
                                          "framework_op_stats": "torch._framework_op_stats",
                                          "op_stats": "ops._op_stats"}
-# Written by compaction for each pack, from the pack's other tables:
+# Written by compaction for the profiles it sees the first time, from their other tables:
 PACK_DERIVED_TABLES: dict[str, str] = {"stored_steps": "steps.steps", "stored_bottleneck_steps": "steps._bottleneck_steps"}
 
 
@@ -460,13 +458,13 @@ def tables_markdown() -> str:
         "",
         "Generated from `xprosql/models/tables.py`; a test checks it is current. Regenerate with",
         "`python -c 'from xprosql.models.tables import tables_markdown as t; print(t(), end=\"\")' > docs/tables.md`.",
-        "A fresh ingest writes one partition per profile (`<table>/profile_id=<id>/part-0.parquet`); compaction",
-        "merges small profiles into `<table>/_packs/*.parquet` (with a `profile_id` column) listed in `_manifests/`;",
+        "Each table is a Delta Lake table `<root>/<table>/` (read it with `deltalake`, `pl.scan_delta`, DuckDB, Spark);",
+        "its Parquet files hold `profile_id` as a column, and compaction packs small files ordered by it;",
         "times are integer picoseconds relative to `profiles.start_ns`.",
     ]
     for name, schema in TABLES.items():
         lines += ["", f"## {name}", "", "| column | type | unit | description |", "|---|---|---|---|"]
-        lines.append("| profile_id | string | | partition key: first 16 hex digits of the file's SHA-256 |")
+        lines.append("| profile_id | string | | the profile: first 16 hex digits of the file's SHA-256 |")
         for field in schema:
             meta = field.metadata or {}
             type_name = "string (dictionary)" if pa.types.is_dictionary(field.type) else str(field.type)
