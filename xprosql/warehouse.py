@@ -504,6 +504,20 @@ class Warehouse:
     def is_warehouse(self) -> bool:
         return (self.root / "profiles" / _LOG).is_dir()
 
+    def remove_if_empty(self) -> None:
+        """Remove the folder when it holds no table and no live writer's staging: what an ingest that committed
+        nothing into a new directory leaves (its lock file)."""
+        meta = self._meta()
+        if self.is_warehouse() or not self.root.is_dir():
+            return
+        if meta.is_dir():
+            self._collect_staging()
+            if any(e.name != _LOCK_FILE for e in os.scandir(meta)):
+                return
+        if any(e.name != _META for e in os.scandir(self.root)):
+            return
+        shutil.rmtree(self.root, ignore_errors=True)
+
     def is_older_format(self) -> bool:
         """True for a warehouse of xprosql's own format before Delta (hive partitions, packs, manifests)."""
         profiles = self.root / "profiles"

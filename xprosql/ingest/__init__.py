@@ -614,6 +614,7 @@ def ingest(
         if not key or "=" in key:
             raise ValueError(f"bad tag name {key!r}")
     warehouse = Warehouse(into)
+    created = not warehouse.root.exists()
     if warehouse.is_older_format():
         raise WarehouseError(f"{into}: a warehouse of an older xprosql (hive partitions, not Delta tables); convert it "
                              f"with `xprosql upgrade {into}` first")
@@ -649,6 +650,8 @@ def ingest(
     finally:
         if bar is not None:
             bar.close()
+        if created:  # nothing committed: no warehouse is left behind
+            warehouse.remove_if_empty()
     # Also after a run that found everything present: a resume after a kill during compaction compacts.
     if (report.ingested or report.skipped) and not report.stopped and (compact is True or (compact == "auto" and warehouse.uncompacted_profiles() >= AUTO_COMPACT_MIN_PROFILES)):
         try:
