@@ -23,19 +23,15 @@ the test process imports neither torch nor jax. Wrap them in session-scoped fixt
 
 from __future__ import annotations
 
-import contextlib
 import gzip
 import json
 import os
 import shutil
-import subprocess
 import sys
-import tempfile
 import textwrap
-import time
 from pathlib import Path
 
-from wild_profiles import _TORCH_TRAIN, _free_port, _kill_group, _require, run_gloo_ranks
+from wild_profiles import _TORCH_TRAIN, _free_port, _require, run_gloo_ranks, run_together
 
 __all__ = [
     "DDP_BASE_S",
@@ -181,30 +177,9 @@ def make_jax_straggler_profiles(logdir: Path, *, timeout_s: float = 180.0) -> li
     env = dict(os.environ, JAX_PLATFORMS="cpu")
     env.pop("XLA_FLAGS", None)
     port = str(_free_port())
-    errors: list[str] = []
-    with contextlib.ExitStack() as stack:
-        logs = [stack.enter_context(tempfile.TemporaryFile(mode="w+")) for _ in range(2)]
-        procs = [subprocess.Popen([sys.executable, "-c", _JAX_STRAGGLER_PROGRAM, str(logdir / f"process{pid}"), port,
-                                   str(pid), str(JAX_STEPS), str(JAX_DELAY_S), JAX_STEP_NAME],
-                                  env=env, stdout=subprocess.DEVNULL, stderr=logs[pid], text=True,
-                                  start_new_session=True)
-                 for pid in range(2)]
-        deadline = time.monotonic() + timeout_s
-        try:
-            for pid, proc in enumerate(procs):
-                try:
-                    proc.wait(timeout=max(deadline - time.monotonic(), 0.1))
-                except subprocess.TimeoutExpired:
-                    errors.append(f"process {pid} timed out after {timeout_s:g} s")
-                    break
-                if proc.returncode != 0:
-                    logs[pid].seek(0)
-                    errors.append(f"process {pid} failed (rc={proc.returncode}):\n{logs[pid].read()[-3000:]}")
-                    break
-        finally:
-            for proc in procs:
-                if proc.poll() is None:
-                    _kill_group(proc)
+    commands = [[sys.executable, "-c", _JAX_STRAGGLER_PROGRAM, str(logdir / f"process{pid}"), port, str(pid),
+                 str(JAX_STEPS), str(JAX_DELAY_S), JAX_STEP_NAME] for pid in range(2)]
+    errors = run_together(commands, [env, env], timeout_s=timeout_s, member="process")
     if errors:
         raise RuntimeError("JAX two-process program: " + "\n".join(errors))
     written = [sorted((logdir / f"process{pid}").glob("plugins/profile/*/*.xplane.pb")) for pid in range(2)]

@@ -315,6 +315,34 @@ def make_gloo_ddp_profiles(logdir: Path, *, timeout_s: float = 120.0) -> list[Pa
                           label="gloo DDP", timeout_s=timeout_s)
 
 
+def run_together(commands: list[list[str]], envs: list[dict[str, str]], *, timeout_s: float, member: str) -> list[str]:
+    """Start one process per command (each in its own process group, stderr to a file so no pipe blocks it) and
+    wait for all under one deadline; on a timeout or a failure of any, kill those left. Returns the errors, each
+    naming the ``member`` (rank, process) by its index, with the end of its stderr."""
+    errors: list[str] = []
+    with contextlib.ExitStack() as stack:
+        logs = [stack.enter_context(tempfile.TemporaryFile(mode="w+")) for _ in commands]
+        procs = [subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=log, text=True, start_new_session=True)
+                 for command, env, log in zip(commands, envs, logs)]
+        deadline = time.monotonic() + timeout_s
+        try:
+            for index, proc in enumerate(procs):
+                try:
+                    proc.wait(timeout=max(deadline - time.monotonic(), 0.1))
+                except subprocess.TimeoutExpired:
+                    errors.append(f"{member} {index} timed out after {timeout_s:g} s")
+                    break
+                if proc.returncode != 0:
+                    logs[index].seek(0)
+                    errors.append(f"{member} {index} failed (rc={proc.returncode}):\n{logs[index].read()[-3000:]}")
+                    break
+        finally:
+            for proc in procs:  # one left waiting for a failed peer: end it and its workers
+                if proc.poll() is None:
+                    _kill_group(proc)
+    return errors
+
+
 def run_gloo_ranks(program: str, args: list[str], logdir: Path, world_size: int, *, label: str,
                    timeout_s: float) -> list[Path]:
     """Run ``program`` (argv: logdir, *args) as ``world_size`` ranks of one torch.distributed job on
@@ -325,32 +353,9 @@ def run_gloo_ranks(program: str, args: list[str], logdir: Path, world_size: int,
     before = set(logdir.rglob("*"))
     base = dict(_torch_env(), MASTER_ADDR="127.0.0.1", MASTER_PORT=str(_free_port()), WORLD_SIZE=str(world_size),
                 GLOO_SOCKET_IFNAME=_loopback_interface())
-    errors: list[str] = []
-    with contextlib.ExitStack() as stack:
-        # stderr to files: no pipe can fill up and block a rank
-        logs = [stack.enter_context(tempfile.TemporaryFile(mode="w+")) for _ in range(world_size)]
-        procs = [
-            subprocess.Popen([sys.executable, "-c", program, str(logdir), *args],
-                             env=dict(base, RANK=str(rank), LOCAL_RANK=str(rank)), stdout=subprocess.DEVNULL,
-                             stderr=logs[rank], text=True, start_new_session=True)
-            for rank in range(world_size)
-        ]
-        deadline = time.monotonic() + timeout_s
-        try:
-            for rank, proc in enumerate(procs):
-                try:
-                    proc.wait(timeout=max(deadline - time.monotonic(), 0.1))
-                except subprocess.TimeoutExpired:
-                    errors.append(f"rank {rank} timed out after {timeout_s:g} s")
-                    break
-                if proc.returncode != 0:
-                    logs[rank].seek(0)
-                    errors.append(f"rank {rank} failed (rc={proc.returncode}):\n{logs[rank].read()[-3000:]}")
-                    break
-        finally:
-            for proc in procs:  # a rank left waiting for a failed peer: end it and its workers
-                if proc.poll() is None:
-                    _kill_group(proc)
+    commands = [[sys.executable, "-c", program, str(logdir), *args] for _ in range(world_size)]
+    envs = [dict(base, RANK=str(rank), LOCAL_RANK=str(rank)) for rank in range(world_size)]
+    errors = run_together(commands, envs, timeout_s=timeout_s, member="rank")
     if errors:
         raise RuntimeError(f"{label} program: " + "\n".join(errors))
     found = [_new_files(logdir, f"rank{rank}.*.pt.trace.json", before) for rank in range(world_size)]
