@@ -386,14 +386,21 @@ def test_a_compaction_that_fills_the_disk_leaves_no_partial_pack(tmp_path: Path,
     assert xprosql.compact(root).files_written >= 1 and _profiles(root) == 7
 
 
+def _packing(root: Path) -> bool:
+    """A compaction is writing: its packed files are <table>-<uuid>.parquet in its staging folder."""
+    try:
+        return any(root.glob("_xprosql/staging-*/*-*.parquet"))
+    except FileNotFoundError:  # a profile's staging folder went away while we listed it
+        return False
+
+
 def test_a_kill_during_the_automatic_compaction_then_a_resume_compacts(tmp_path: Path) -> None:
     paths = _kineto_variants(tmp_path / "logs", 34)  # past AUTO_COMPACT_MIN_PROFILES (32): the ingest compacts
     root = tmp_path / "run"
     ingest = subprocess.Popen([sys.executable, "-m", "xprosql.cli", "ingest", str(tmp_path / "logs"), "--into",
                                str(root), "-q"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     deadline = time.monotonic() + 120
-    # A compaction writes its packed files as <table>-<uuid>.parquet in its staging folder.
-    while time.monotonic() < deadline and ingest.poll() is None and not any(root.glob("_xprosql/staging-*/*-*.parquet")):
+    while time.monotonic() < deadline and ingest.poll() is None and not _packing(root):
         time.sleep(0.002)
     if ingest.poll() is not None:
         pytest.skip("the compaction ended before the test saw it begin")
