@@ -119,6 +119,12 @@ def test_mistakes_raise_xprosql_errors(run: xprosql.Run) -> None:
     assert "LINE" not in str(raised.value)
 
 
+def test_a_module_missing_from_the_library_is_named() -> None:
+    # What an installation missing its sql/ folder, or a misspelt internal id, meets first.
+    with pytest.raises(xprosql.AnalysisError, match=r"no SQL module ops\.nosuch in .*sql"):
+        library().text("ops.nosuch")
+
+
 def test_cli_lists_and_describes_every_analysis() -> None:
     listed = subprocess.run([sys.executable, "-m", "xprosql.cli", "analyses"], capture_output=True, text=True, check=True)
     assert [line.split()[0] for line in listed.stdout.splitlines()[: len(ANALYSES)]] == ANALYSES

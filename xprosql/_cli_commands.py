@@ -7,124 +7,49 @@ loading DuckDB, Polars or pyarrow.
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import tempfile
 from collections.abc import Mapping, Sequence
 from importlib import resources
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import polars as pl
-import pyarrow as pa
-import pyarrow.parquet as pq
-
-from xprosql.engine import Result
 from xprosql.errors import ParameterError, XprosqlError, one_line
-from xprosql.ingest import ingest
-from xprosql.models.tables import PARTITION_COLUMN, TABLES, column_unit
-from xprosql.run import Run, load
 
-__all__ = ["COMMANDS", "USER_ERRORS"]
+if TYPE_CHECKING:
+    import polars as pl
+
+    from xprosql.run import Run
+
+__all__ = ["COMMANDS", "user_errors"]
 
 DEMO_PROFILE = "tpu_v6e_inference.xplane.pb"
 
 
-def _print_table(result: Result, *, max_rows: int = 50) -> None:
-    with pl.Config(tbl_rows=max_rows, fmt_str_lengths=70, tbl_width_chars=200, tbl_hide_dataframe_shape=True):
-        print(_printable(_frame(result.arrow(), nested_as_json=False)))
+class _NoPandas:
+    """An import finder that answers "not installed" for pandas."""
+
+    @staticmethod
+    def find_spec(name: str, path: object = None, target: object = None) -> None:
+        if name == "pandas":
+            raise ModuleNotFoundError("pandas is not loaded by this command", name=name)
 
 
-# Control characters as Unicode's pictures of them (ESC as ␛): names from a profile cannot drive the terminal.
-_CONTROLS = [chr(c) for c in (*range(0x20), 0x7F)]
-_PICTURES = [chr(0x2400 + c) for c in range(0x20)] + ["\u2421"]
+def _arrow_without_pandas() -> None:
+    """Let pyarrow run as if pandas were not installed (it is an optional extra of xprosql).
 
+    pyarrow imports pandas, where installed, the first time it converts a Python value, to ask whether the value is
+    a pandas object: 0.35 s and 50 MB that a command writing tables never uses. pyarrow asks once per process, so
+    the answer it gets here is the one it keeps; pandas itself stays importable."""
+    if "pandas" in sys.modules:
+        return
+    import pyarrow as pa
 
-def _printable(frame: pl.DataFrame) -> pl.DataFrame:
-    """``frame`` with the control characters of its text shown, not sent, for a terminal."""
-    return frame.with_columns(pl.col(pl.String).str.replace_many(_CONTROLS, _PICTURES))
-
-
-def _frame(table: pa.Table, *, nested_as_json: bool) -> pl.DataFrame:
-    """A result as a frame that every output format takes: binary values as hex text (at any depth), a map whose
-    keys are not text as its entries (a list of key, value structs), nested values (lists, structs, maps) as JSON
-    text when ``nested_as_json`` (CSV has no nesting), and values of types Polars cannot hold (intervals,
-    unions) as text."""
-    columns = []
-    for name, column in zip(table.column_names, table.columns):
-        type_ = column.type
-        if nested_as_json and pa.types.is_nested(type_):
-            texts = [None if v is None else json.dumps(_plain(v, type_, objects=True), default=_json_default,
-                                                       ensure_ascii=False) for v in column.to_pylist()]
-            column = pa.chunked_array([pa.array(texts, pa.string())])
-        elif _output_type(type_) != type_:
-            column = pa.chunked_array([pa.array([_plain(v, type_) for v in column.to_pylist()], _output_type(type_))])
-        try:
-            columns.append(pl.from_arrow(column).alias(name))  # type: ignore[union-attr]
-        except (pl.exceptions.PolarsError, pa.ArrowException, TypeError, ValueError):
-            columns.append(pl.Series(name, [None if v is None else str(v) for v in column.to_pylist()], pl.String))
-    return pl.DataFrame(columns)
-
-
-def _is_binary(type_: pa.DataType) -> bool:
-    return (pa.types.is_binary(type_) or pa.types.is_large_binary(type_) or pa.types.is_fixed_size_binary(type_)
-            or getattr(pa.types, "is_binary_view", _never)(type_))
-
-
-def _is_text(type_: pa.DataType) -> bool:
-    return (pa.types.is_string(type_) or pa.types.is_large_string(type_)
-            or getattr(pa.types, "is_string_view", _never)(type_))
-
-
-def _never(type_: pa.DataType) -> bool:
-    return False
-
-
-def _output_type(type_: pa.DataType) -> pa.DataType:
-    """``type_`` as the output holds it: binary as string (hex text), a map whose keys are not text (after that)
-    as a list of its entries, at any depth."""
-    if _is_binary(type_):
-        return pa.string()
-    if pa.types.is_map(type_):
-        key, item = _output_type(type_.key_type), _output_type(type_.item_type)
-        return pa.map_(key, item) if _is_text(key) else pa.list_(pa.struct([("key", key), ("value", item)]))
-    if pa.types.is_struct(type_):
-        return pa.struct([field.with_type(_output_type(field.type)) for field in type_])
-    if pa.types.is_large_list(type_):
-        return pa.large_list(_output_type(type_.value_type))
-    if pa.types.is_fixed_size_list(type_):
-        return pa.list_(_output_type(type_.value_type), type_.list_size)
-    if pa.types.is_list(type_):
-        return pa.list_(_output_type(type_.value_type))
-    return type_
-
-
-def _plain(value: Any, type_: pa.DataType, *, objects: bool = False) -> Any:
-    """The Python value of an Arrow value of ``type_`` in :func:`_output_type` (bytes as hex text at any depth),
-    or with ``objects`` as JSON writes it (a map as an object of text keys, else as [key, value] pairs)."""
-    if value is None:
-        return None
-    if isinstance(value, (bytes, bytearray, memoryview)):
-        return bytes(value).hex()
-    if pa.types.is_map(type_):
-        pairs = [(_plain(k, type_.key_type, objects=objects), _plain(v, type_.item_type, objects=objects))
-                 for k, v in value]
-        text_keys = _is_text(_output_type(type_.key_type))
-        if objects:
-            return dict(pairs) if text_keys and all(isinstance(k, str) for k, _ in pairs) else [list(p) for p in pairs]
-        return pairs if text_keys else [{"key": k, "value": v} for k, v in pairs]
-    if pa.types.is_struct(type_):
-        return {field.name: _plain(value.get(field.name), field.type, objects=objects) for field in type_}
-    if isinstance(value, list) and type_.num_fields == 1:
-        return [_plain(v, type_.field(0).type, objects=objects) for v in value]
-    return value
-
-
-def _json_default(value: Any) -> Any:
-    """JSON of what json does not write: dates and times as ISO text, anything else (decimals, ...) as its text."""
-    if hasattr(value, "isoformat"):
-        return value.isoformat()
-    return str(value)
+    sys.meta_path.insert(0, _NoPandas)
+    try:
+        pa.array([0])
+    finally:
+        sys.meta_path.remove(_NoPandas)
 
 
 def _parse_tags(pairs: Sequence[str]) -> dict[str, str]:
@@ -138,7 +63,8 @@ def _parse_tags(pairs: Sequence[str]) -> dict[str, str]:
 
 
 def _cmd_ingest(args: argparse.Namespace) -> int:
-    from xprosql.ingest import IngestInterrupted
+    _arrow_without_pandas()
+    from xprosql.ingest import IngestInterrupted, ingest
 
     compacts: dict[str, bool | str] = {"auto": "auto", "always": True, "never": False}
     compact = compacts[args.compact]
@@ -171,6 +97,7 @@ def _cmd_ingest(args: argparse.Namespace) -> int:
 
 
 def _cmd_compact(args: argparse.Namespace) -> int:
+    _arrow_without_pandas()
     from xprosql.engine import compact
 
     print(compact(args.dir))
@@ -178,6 +105,7 @@ def _cmd_compact(args: argparse.Namespace) -> int:
 
 
 def _cmd_upgrade(args: argparse.Namespace) -> int:
+    _arrow_without_pandas()
     from xprosql.upgrade import upgrade
 
     print(upgrade(args.dir))
@@ -233,6 +161,9 @@ def _guess(value: str) -> int | float | str:
 
 
 def _cmd_sql(args: argparse.Namespace) -> int:
+    from xprosql._cli_output import frame_of, print_table, write
+    from xprosql.run import load
+
     if args.format == "parquet" and not args.out and not args.show:
         raise XprosqlError("--format parquet needs --out FILE")
     if args.analysis:
@@ -254,25 +185,22 @@ def _cmd_sql(args: argparse.Namespace) -> int:
         run = load(args.dir)
         result = run.sql(args.query, _parse_params(args.param) or None)
     if args.format == "table":
-        _print_table(result, max_rows=args.max_rows)
+        print_table(result, max_rows=args.max_rows)
     elif args.format == "parquet":
+        import pyarrow.parquet as pq
+
         pq.write_table(result.arrow(), args.out, compression="zstd")
     else:
-        _write(_frame(result.arrow(), nested_as_json=args.format == "csv"), args.format, args.out)
+        write(frame_of(result.arrow(), nested_as_json=args.format == "csv"), args.format, args.out)
     return 0
 
 
-def _write(frame: pl.DataFrame, format_: str, out: str | None) -> None:
-    """``frame`` as CSV or JSON (an array of row objects) to the file ``out``, else to stdout."""
-    text = frame.write_csv() if format_ == "csv" else frame.write_json() + "\n"
-    if out:
-        Path(out).write_text(text)
-    else:
-        sys.stdout.write(text)
-
-
 def _cmd_roofline(args: argparse.Namespace) -> int:
+    import polars as pl
+
+    from xprosql._cli_output import frame_of, printable, write
     from xprosql.queries.roofline import plot_roofline
+    from xprosql.run import load
 
     peaks: dict[str, object] = {}
     if args.measure_cpu_peaks:
@@ -290,7 +218,7 @@ def _cmd_roofline(args: argparse.Namespace) -> int:
     if args.out:
         _check_drawable(frame, args.profile[0] if args.profile else None)
     if args.format in ("csv", "json"):
-        _write(_frame(frame.to_arrow(), nested_as_json=args.format == "csv"), args.format, None)
+        write(frame_of(frame.to_arrow(), nested_as_json=args.format == "csv"), args.format, None)
     else:
         shown = frame.select(
             "row_kind", pl.col("profile_id").str.slice(0, 8), "device_kind", pl.coalesce("op", "module").alias("op"),
@@ -303,7 +231,7 @@ def _cmd_roofline(args: argparse.Namespace) -> int:
         )
         with pl.Config(tbl_rows=args.max_rows, fmt_str_lengths=40, tbl_width_chars=220, tbl_hide_dataframe_shape=True,
                        float_precision=4):
-            print(_printable(shown))
+            print(printable(shown))
     if args.out:
         path = plot_roofline(frame, args.out, profile_id=args.profile[0] if args.profile else None)
         print(f"wrote {path}", file=sys.stderr)
@@ -312,6 +240,8 @@ def _cmd_roofline(args: argparse.Namespace) -> int:
 
 def _check_drawable(frame: pl.DataFrame, profile_id: str | None) -> None:
     """Raise, naming the options that give them, unless a profile of ``frame`` has both peaks a chart needs."""
+    import polars as pl
+
     totals = frame.filter(pl.col("row_kind") == "profile")
     if profile_id is not None:
         totals = totals.filter(pl.col("profile_id") == profile_id)
@@ -323,12 +253,17 @@ def _check_drawable(frame: pl.DataFrame, profile_id: str | None) -> None:
 
 
 def _cmd_tables(args: argparse.Namespace) -> int:
-    run = load(args.dir)
-    counts = run.row_counts()
-    print(f"{run.path}: {len(run.profile_ids)} profiles")
+    # From the warehouse's log alone: neither DuckDB nor Polars is loaded to list the tables.
+    _arrow_without_pandas()
+    from xprosql.models.tables import PARTITION_COLUMN, TABLES, column_unit
+    from xprosql.warehouse import Warehouse
+
+    snapshot = Warehouse(args.dir).snapshot()
+    counts = snapshot.row_counts()
+    print(f"{Path(args.dir)}: {len(snapshot.profile_ids)} profiles")
     for table, schema in TABLES.items():
         print(f"\n{table} ({counts[table]} rows)")
-        print(f"  {PARTITION_COLUMN:<24} string      partition key")
+        print(f"  {PARTITION_COLUMN:<24} string      the profile (profiles.profile_id)")
         for field in schema:
             unit = column_unit(table, field.name)
             description = (field.metadata or {}).get(b"description", b"").decode()
@@ -339,6 +274,11 @@ def _cmd_tables(args: argparse.Namespace) -> int:
 
 
 def _cmd_demo(args: argparse.Namespace) -> int:
+    from xprosql._cli_output import print_table
+    from xprosql.engine import Result
+    from xprosql.ingest import ingest
+    from xprosql.run import load
+
     sample = resources.files("xprosql") / "data" / DEMO_PROFILE
     with tempfile.TemporaryDirectory(prefix="xprosql-demo-") as tmp, resources.as_file(sample) as sample_path:
         warehouse = Path(tmp) / "run"
@@ -351,7 +291,7 @@ def _cmd_demo(args: argparse.Namespace) -> int:
         print(f"Ingested the bundled TPU v6e sample ({DEMO_PROFILE}) into {warehouse}\n")
         print("Tables:", ", ".join(f"{t} {n}" for t, n in run.row_counts().items()), "\n")
         print("Devices with peaks:")
-        _print_table(run.sql(
+        print_table(run.sql(
             "SELECT device_id, name, kind, model, peak_flops_per_s / 1e12 AS peak_tflops, "
             "peak_hbm_bytes_per_s / 1e9 AS peak_hbm_gb_s FROM devices WHERE kind IN ('tpu', 'gpu') ORDER BY device_id"
         ))
@@ -359,7 +299,7 @@ def _cmd_demo(args: argparse.Namespace) -> int:
         top = run.top_ops(top=8).relation.filter("device = '/device:TPU:0' AND track = 'XLA Ops'").project(
             "device, track, op, category, occurrences, round(total_ps / 1e9, 3) AS total_ms, "
             "round(100 * share_of_track, 1) AS pct")
-        _print_table(Result(top))
+        print_table(Result(top))
     return 0
 
 
@@ -367,6 +307,7 @@ def _cmd_record(args: argparse.Namespace) -> int:
     import runpy
 
     from xprosql import cupti
+    from xprosql.ingest import ingest
 
     command = [c for c in args.command if c != "--"] if args.command[:1] == ["--"] else list(args.command)
     if command and Path(command[0]).name.startswith("python"):
@@ -399,6 +340,7 @@ def _cmd_record(args: argparse.Namespace) -> int:
 
 def _cmd_report(args: argparse.Namespace) -> int:
     from xprosql.report import build_report, terminal_summary
+    from xprosql.run import load
 
     run = load(args.dir)
     profiles = args.profile or None
@@ -445,6 +387,8 @@ def _resolve_profiles(run: Run, wanted: Sequence[str]) -> list[str]:
 
 
 def _cmd_export(args: argparse.Namespace) -> int:
+    from xprosql.run import load
+
     run = load(args.dir)
     summary = run.export_trace(args.out, profiles=_resolve_profiles(run, args.profile) if args.profile else None,
                                where=args.where, start_ps=_time_ps(args.start), end_ps=_time_ps(args.end),
@@ -455,7 +399,15 @@ def _cmd_export(args: argparse.Namespace) -> int:
     return 0
 
 
-# Errors a command reports as one line: the user's input, not a bug of xprosql.
-USER_ERRORS: tuple[type[BaseException], ...] = (XprosqlError, KeyError, OSError, ImportError, pl.exceptions.PolarsError,
-                                                pa.ArrowException)
+def user_errors() -> tuple[type[BaseException], ...]:
+    """Errors a command reports as one line: the user's input, not a bug of xprosql. Polars' and Arrow's count
+    when the command loaded them (one that did not load them cannot have raised theirs)."""
+    errors: list[type[BaseException]] = [XprosqlError, KeyError, OSError, ImportError]
+    if "polars" in sys.modules:
+        errors.append(sys.modules["polars"].exceptions.PolarsError)
+    if "pyarrow" in sys.modules:
+        errors.append(sys.modules["pyarrow"].ArrowException)
+    return tuple(errors)
+
+
 COMMANDS = {name.removeprefix("_cmd_"): value for name, value in list(globals().items()) if name.startswith("_cmd_")}

@@ -150,12 +150,12 @@ def main(argv: Sequence[str] | None = None) -> int:
             warnings.simplefilter("default")
         try:
             code = commands.COMMANDS[args.subcommand](args)
-        except commands.USER_ERRORS as exc:
-            message = exc.args[0] if isinstance(exc, KeyError) and exc.args else exc
-            print(f"error: {one_line(str(message))}", file=sys.stderr)
-            return 2  # the error says what went wrong: the warnings on the way there are left out
-        except Exception as exc:  # duckdb errors: show the message, not a traceback
-            if type(exc).__module__.startswith(("duckdb", "_duckdb")):
+        except Exception as exc:
+            if isinstance(exc, commands.user_errors()):
+                message = exc.args[0] if isinstance(exc, KeyError) and exc.args else exc
+                print(f"error: {one_line(str(message))}", file=sys.stderr)
+                return 2  # the error says what went wrong: the warnings on the way there are left out
+            if type(exc).__module__.startswith(("duckdb", "_duckdb")):  # show the message, not a traceback
                 print(f"error: {one_line(str(exc))}", file=sys.stderr)
                 return 2
             raise

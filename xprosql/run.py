@@ -111,7 +111,8 @@ class Run:
         return self.sql("SELECT * FROM profiles ORDER BY source_path").pl()
 
     def row_counts(self) -> dict[str, int]:
-        return {t: self.connection.execute(f"SELECT count(*) FROM {t}").fetchall()[0][0] for t in TABLES}
+        """Rows of each table for the profiles read, from the warehouse's log (no scan)."""
+        return self.engine.snapshot.row_counts()
 
     def analysis(self, name: str, *, profiles: Profiles = None, **params: Any) -> Result:
         """Run an analysis of the SQL library by name (``ops.roofline`` or ``roofline``) with its parameters;

@@ -83,7 +83,6 @@ import pyarrow.parquet as pq
 from deltalake import DeltaTable, Schema
 from deltalake.transaction import AddAction, CommitProperties, RemoveAction
 
-from xprosql._duckdb import connect
 from xprosql.errors import WarehouseError
 from xprosql.models.tables import PACK_DERIVED_TABLES, PARTITION_COLUMN, TABLES
 
@@ -399,6 +398,17 @@ class Snapshot:
         frame = frame.select([c for c in file_schema(table).names if c in names])
         return frame.with_columns(pl.col(c).reinterpret(signed=False) for c in UNSIGNED_COLUMNS[table] if c in names)
 
+    def row_counts(self) -> dict[str, int]:
+        """Rows of every table in this snapshot, from the log's per-file counts (no scan); a packed file that also
+        holds profiles outside the snapshot has its ``profile_id`` column read."""
+        counts = {}
+        for table in TABLES:
+            files = self.files.get(table, ())
+            counts[table] = sum(f.rows for f in files if f.exact) + sum(
+                pc.sum(pc.is_in(pq.read_table(f.path, columns=[PARTITION_COLUMN]).column(0).cast(pa.string()),
+                                pa.array(self.profile_ids, pa.string()))).as_py() or 0 for f in files if not f.exact)
+        return counts
+
     def restrict(self, profile_ids: Iterable[str]) -> Snapshot:
         """The same snapshot narrowed to ``profile_ids`` (which it must hold)."""
         wanted = set(profile_ids)
@@ -613,7 +623,7 @@ class Warehouse:
 
     @staticmethod
     def _data_files(table: DeltaTable) -> tuple[DataFile, ...]:
-        actions = pa.table(table.get_add_actions(flatten=True))
+        actions = pa.RecordBatchReader.from_stream(table.get_add_actions(flatten=True)).read_all()
         root = _local_path(table.table_uri)
         names = actions.column_names
         first = actions.column(f"min.{PARTITION_COLUMN}").to_pylist() if f"min.{PARTITION_COLUMN}" in names else [None] * actions.num_rows
@@ -986,6 +996,8 @@ class Warehouse:
         fields += [f for f in file_schema(table) if f.name not in first.names]
         schema = pa.schema(fields, metadata=first.metadata)
         written = 0
+        from xprosql._duckdb import connect  # only compaction sorts with DuckDB: readers of the log need none
+
         with connect(config={"threads": 2, "memory_limit": "2GB"}) as con:
             con.execute(f"SET temp_directory = {_sql_str(str(scratch / 'duckdb_tmp'))}")
             query = (f"SELECT * EXCLUDE (file_row_number) FROM read_parquet({_sql_list(paths)}, hive_partitioning = false, "

@@ -344,6 +344,8 @@ class Library:
         if module_id in seen:
             raise AnalysisError(f"{module_id} includes itself: {' -> '.join((*seen, module_id))}")
         if module_id not in self.modules:
+            if not seen:
+                raise AnalysisError(f"no SQL module {module_id} in {self.root}")
             raise AnalysisError(f"{self.modules[seen[-1]].path}: includes {module_id}, which does not exist")
         module = self.modules[module_id]
 

@@ -48,10 +48,8 @@ import pyarrow as pa
 from xprosql.engine.executor import derive_stored_table
 from xprosql.errors import IngestError, WarehouseError
 from xprosql.ingest import xspace_wire
-from xprosql.ingest.derived import DecodedTables, derive_tables
-from xprosql.ingest.kineto import decode_kineto
+from xprosql.ingest.derived import DecodedTables, Deriver
 from xprosql.ingest.secrets import Redactor
-from xprosql.ingest.xspace import decode_xspace
 from xprosql.models.tables import TABLES
 from xprosql.warehouse import AUTO_COMPACT_MIN_PROFILES, COMMIT_BATCH, CompactReport, StagedProfile, Warehouse
 
@@ -204,14 +202,28 @@ def find_profiles(source: str | os.PathLike[str], *, problems: list[tuple[str, s
 _Decoder = Callable[..., Iterator[tuple[str, pa.RecordBatch]]]
 
 
+# Each format's decoder is imported with its first file: the XSpace one loads Polars (0.4 s), which a process
+# ingesting only Kineto traces never needs.
+def _decode_xspace(data: bytes, *, source: str) -> Iterator[tuple[str, pa.RecordBatch]]:
+    from xprosql.ingest.xspace import decode_xspace
+
+    return decode_xspace(data, source=source)
+
+
+def _decode_kineto(data: bytes, *, source: str) -> Iterator[tuple[str, pa.RecordBatch]]:
+    from xprosql.ingest.kineto import decode_kineto
+
+    return decode_kineto(data, source=source)
+
+
 def _decoder(path: Path, head: bytes) -> _Decoder:
     """XSpace by name; JSON (plain or gzipped) by name or content (``head``: the file's first bytes); else XSpace,
     whose errors say what it is."""
     if path.name.endswith(XSPACE_SUFFIX):
-        return decode_xspace
+        return _decode_xspace
     if path.name.endswith(JSON_SUFFIXES) or head[:2] == b"\x1f\x8b" or head.lstrip()[:1] in (b"{", b"["):
-        return decode_kineto
-    return decode_xspace
+        return _decode_kineto
+    return _decode_xspace
 
 
 def _run_and_host(path: Path) -> tuple[str | None, str]:
@@ -314,10 +326,11 @@ _Outcome = tuple[str, str, str, object]
 _Staged = tuple[ProfileIngested, StagedProfile]
 
 
-def _attempt(path: Path, warehouse: Warehouse, *, tags: Mapping[str, str], keep_secrets: bool) -> _Outcome | _Staged:
+def _attempt(path: Path, warehouse: Warehouse, deriver: Deriver, *, tags: Mapping[str, str],
+             keep_secrets: bool) -> _Outcome | _Staged:
     """Decode and stage one file; every failure, whatever its kind, is an outcome naming the file, never an exception."""
     try:
-        result, staged = _ingest_file(path, warehouse, tags=tags, keep_secrets=keep_secrets)
+        result, staged = _ingest_file(path, warehouse, deriver, tags=tags, keep_secrets=keep_secrets)
     except IngestError as exc:
         return "failed", exc.path, "", exc.problem
     except OSError as exc:
@@ -344,9 +357,10 @@ def _ingest_chunk(items: Sequence[tuple[Path, Mapping[str, str]]], warehouse: Wa
     """Decode and stage each file, then commit the staged profiles together (each one whole)."""
     outcomes: list[_Outcome | None] = []
     staged: dict[int, _Staged] = {}
+    deriver = Deriver()  # one DuckDB connection derives the chunk's small profiles
     try:
         for index, (path, tags) in enumerate(items):
-            attempt = _attempt(path, warehouse, tags=tags, keep_secrets=keep_secrets)
+            attempt = _attempt(path, warehouse, deriver, tags=tags, keep_secrets=keep_secrets)
             if len(attempt) == 2:
                 staged[index] = attempt
                 outcomes.append(None)
@@ -373,6 +387,7 @@ def _ingest_chunk(items: Sequence[tuple[Path, Mapping[str, str]]], warehouse: Wa
                     outcomes[index] = ("ingested" if committed else "skipped", result.path, result.profile_id,
                                        (result.rows if committed else {}, result.redacted_secrets))
     finally:
+        deriver.close()
         for _, item in staged.values():
             item.discard()  # committed ones are gone already; a Ctrl-C discards the rest
     return [o for o in outcomes if o is not None]
@@ -415,7 +430,7 @@ def _contents(path: Path) -> Iterator[tuple[bytes | mmap.mmap, _Decoder]]:
             file.seek(0)
             available = xspace_wire.available_memory()
             data: bytes | mmap.mmap
-            if size and decoder is decode_xspace and available is not None and size > available // 2:
+            if size and decoder is _decode_xspace and available is not None and size > available // 2:
                 data = mmap.mmap(file.fileno(), 0, access=mmap.ACCESS_READ)
             else:
                 if available is not None and size > available:  # fail clearly rather than be killed reading it
@@ -438,7 +453,7 @@ def _contents(path: Path) -> Iterator[tuple[bytes | mmap.mmap, _Decoder]]:
                 pass
 
 
-def _ingest_file(path: Path, warehouse: Warehouse, *, tags: Mapping[str, str] | None,
+def _ingest_file(path: Path, warehouse: Warehouse, deriver: Deriver, *, tags: Mapping[str, str] | None,
                  keep_secrets: bool = False) -> tuple[ProfileIngested, StagedProfile | None]:
     """Decode ``path`` into staged files (None when its content is in the warehouse already); the caller commits."""
     with _contents(path) as (data, decoder):
@@ -463,7 +478,7 @@ def _ingest_file(path: Path, warehouse: Warehouse, *, tags: Mapping[str, str] | 
                     decoded.add(table, batch)
                 xspace_wire.drop_pages(data)
                 try:
-                    for table, rows in derive_tables(staged, decoded):
+                    for table, rows in deriver.derive(staged, decoded):
                         for batch in rows.to_batches():
                             staged.write(table, batch)
                 except duckdb.Error as exc:  # values the summary SQL cannot add up (e.g. sums past int64)

@@ -20,7 +20,7 @@ __all__ = ["LAYOUT_FIELDS", "fill", "layout", "text", "text_size"]
 _BAD = np.int64(1) << np.int64(62)  # past any message end: where a malformed read leaves the position
 
 
-@njit(cache=True, inline="always")
+@njit(cache=True)
 def _varint(buf, pos, end):
     """The varint at ``pos`` (at most 10 bytes, ending before ``end``) and the position after it, else _BAD."""
     if pos < end and buf[pos] < 0x80:  # most varints here are tags and small ids: one byte
@@ -37,7 +37,7 @@ def _varint(buf, pos, end):
     return result, _BAD
 
 
-@njit(cache=True, inline="always")
+@njit(cache=True)
 def _after(buf, pos, end, wire):
     """The position after a field's value of this wire type, or _BAD (groups, bad wire types, past ``end``)."""
     if wire == 0:
@@ -55,7 +55,7 @@ def _after(buf, pos, end, wire):
     return pos if pos <= end else _BAD
 
 
-@njit(cache=True, inline="always")
+@njit(cache=True)
 def _length_delimited(buf, pos, end):
     """Where the length-delimited value at ``pos`` starts and stops; stop is _BAD when it would pass ``end``."""
     size, start = _varint(buf, pos, end)

@@ -1,0 +1,126 @@
+"""How the CLI prints a result: a table for the terminal, CSV, JSON, with the values every format can hold.
+
+Apart from :mod:`xprosql._cli_commands` because it loads Polars: the commands that print no result
+(``ingest``, ``compact``, ``tables``) never do.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import polars as pl
+import pyarrow as pa
+
+if TYPE_CHECKING:
+    from xprosql.engine import Result
+
+__all__ = ["frame_of", "print_table", "printable", "write"]
+
+
+def print_table(result: Result, *, max_rows: int = 50) -> None:
+    with pl.Config(tbl_rows=max_rows, fmt_str_lengths=70, tbl_width_chars=200, tbl_hide_dataframe_shape=True):
+        print(printable(frame_of(result.arrow(), nested_as_json=False)))
+
+
+# Control characters as Unicode's pictures of them (ESC as ␛): names from a profile cannot drive the terminal.
+_CONTROLS = [chr(c) for c in (*range(0x20), 0x7F)]
+_PICTURES = [chr(0x2400 + c) for c in range(0x20)] + ["\u2421"]
+
+
+def printable(frame: pl.DataFrame) -> pl.DataFrame:
+    """``frame`` with the control characters of its text shown, not sent, for a terminal."""
+    return frame.with_columns(pl.col(pl.String).str.replace_many(_CONTROLS, _PICTURES))
+
+
+def frame_of(table: pa.Table, *, nested_as_json: bool) -> pl.DataFrame:
+    """A result as a frame that every output format takes: binary values as hex text (at any depth), a map whose
+    keys are not text as its entries (a list of key, value structs), nested values (lists, structs, maps) as JSON
+    text when ``nested_as_json`` (CSV has no nesting), and values of types Polars cannot hold (intervals,
+    unions) as text."""
+    columns = []
+    for name, column in zip(table.column_names, table.columns):
+        type_ = column.type
+        if nested_as_json and pa.types.is_nested(type_):
+            texts = [None if v is None else json.dumps(_plain(v, type_, objects=True), default=_json_default,
+                                                       ensure_ascii=False) for v in column.to_pylist()]
+            column = pa.chunked_array([pa.array(texts, pa.string())])
+        elif _output_type(type_) != type_:
+            column = pa.chunked_array([pa.array([_plain(v, type_) for v in column.to_pylist()], _output_type(type_))])
+        try:
+            columns.append(pl.from_arrow(column).alias(name))  # type: ignore[union-attr]
+        except (pl.exceptions.PolarsError, pa.ArrowException, TypeError, ValueError):
+            columns.append(pl.Series(name, [None if v is None else str(v) for v in column.to_pylist()], pl.String))
+    return pl.DataFrame(columns)
+
+
+def _is_binary(type_: pa.DataType) -> bool:
+    return (pa.types.is_binary(type_) or pa.types.is_large_binary(type_) or pa.types.is_fixed_size_binary(type_)
+            or getattr(pa.types, "is_binary_view", _never)(type_))
+
+
+def _is_text(type_: pa.DataType) -> bool:
+    return (pa.types.is_string(type_) or pa.types.is_large_string(type_)
+            or getattr(pa.types, "is_string_view", _never)(type_))
+
+
+def _never(type_: pa.DataType) -> bool:
+    return False
+
+
+def _output_type(type_: pa.DataType) -> pa.DataType:
+    """``type_`` as the output holds it: binary as string (hex text), a map whose keys are not text (after that)
+    as a list of its entries, at any depth."""
+    if _is_binary(type_):
+        return pa.string()
+    if pa.types.is_map(type_):
+        key, item = _output_type(type_.key_type), _output_type(type_.item_type)
+        return pa.map_(key, item) if _is_text(key) else pa.list_(pa.struct([("key", key), ("value", item)]))
+    if pa.types.is_struct(type_):
+        return pa.struct([field.with_type(_output_type(field.type)) for field in type_])
+    if pa.types.is_large_list(type_):
+        return pa.large_list(_output_type(type_.value_type))
+    if pa.types.is_fixed_size_list(type_):
+        return pa.list_(_output_type(type_.value_type), type_.list_size)
+    if pa.types.is_list(type_):
+        return pa.list_(_output_type(type_.value_type))
+    return type_
+
+
+def _plain(value: Any, type_: pa.DataType, *, objects: bool = False) -> Any:
+    """The Python value of an Arrow value of ``type_`` in :func:`_output_type` (bytes as hex text at any depth),
+    or with ``objects`` as JSON writes it (a map as an object of text keys, else as [key, value] pairs)."""
+    if value is None:
+        return None
+    if isinstance(value, (bytes, bytearray, memoryview)):
+        return bytes(value).hex()
+    if pa.types.is_map(type_):
+        pairs = [(_plain(k, type_.key_type, objects=objects), _plain(v, type_.item_type, objects=objects))
+                 for k, v in value]
+        text_keys = _is_text(_output_type(type_.key_type))
+        if objects:
+            return dict(pairs) if text_keys and all(isinstance(k, str) for k, _ in pairs) else [list(p) for p in pairs]
+        return pairs if text_keys else [{"key": k, "value": v} for k, v in pairs]
+    if pa.types.is_struct(type_):
+        return {field.name: _plain(value.get(field.name), field.type, objects=objects) for field in type_}
+    if isinstance(value, list) and type_.num_fields == 1:
+        return [_plain(v, type_.field(0).type, objects=objects) for v in value]
+    return value
+
+
+def _json_default(value: Any) -> Any:
+    """JSON of what json does not write: dates and times as ISO text, anything else (decimals, ...) as its text."""
+    if hasattr(value, "isoformat"):
+        return value.isoformat()
+    return str(value)
+
+
+def write(frame: pl.DataFrame, format_: str, out: str | None) -> None:
+    """``frame`` as CSV or JSON (an array of row objects) to the file ``out``, else to stdout."""
+    text = frame.write_csv() if format_ == "csv" else frame.write_json() + "\n"
+    if out:
+        Path(out).write_text(text)
+    else:
+        sys.stdout.write(text)
