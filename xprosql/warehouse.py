@@ -550,16 +550,19 @@ class Warehouse:
 
     def create(self) -> None:
         """Create every table (empty) that does not exist yet."""
-        for table in TABLES:
-            path = self.table_path(table)
-            if (path / _LOG).is_dir():
-                continue
-            try:
-                DeltaTable.create(path, schema=file_schema(table), mode="ignore",
-                                  configuration={"delta.checkpointInterval": _CHECKPOINT_INTERVAL})
-            except Exception as exc:  # another process created it this instant
-                if not (path / _LOG).is_dir():
-                    raise WarehouseError(f"{path}: cannot create its Delta table: {exc}") from exc
+        missing = [table for table in TABLES if not (self.table_path(table) / _LOG).is_dir()]
+        if missing:  # each creation is a few file writes in delta-rs, outside the GIL: a new warehouse at once
+            with ThreadPoolExecutor(_LOAD_THREADS) as pool:
+                list(pool.map(self._create_table, missing))
+
+    def _create_table(self, table: str) -> None:
+        path = self.table_path(table)
+        try:
+            DeltaTable.create(path, schema=file_schema(table), mode="ignore",
+                              configuration={"delta.checkpointInterval": _CHECKPOINT_INTERVAL})
+        except Exception as exc:  # another process created it this instant
+            if not (path / _LOG).is_dir():
+                raise WarehouseError(f"{path}: cannot create its Delta table: {exc}") from exc
 
     def _open(self, table: str, version: int | None = None) -> DeltaTable:
         return DeltaTable(self.table_path(table), version=version)
@@ -655,9 +658,6 @@ class Warehouse:
         if not self.is_warehouse():
             return []
         return sorted(self._ids_of(self._data_files(self._open("profiles"))))
-
-    def has_profile(self, profile_id: str) -> bool:
-        return profile_id in self.profile_ids()
 
     # -- reading -----------------------------------------------------------------
 
