@@ -68,6 +68,22 @@ def serial_warehouse(logs: Path, tmp_path_factory: pytest.TempPathFactory) -> Pa
     return root
 
 
+def test_profiles_derived_together_equal_each_derived_alone(serial_warehouse: Path, tmp_path: Path) -> None:
+    # The serial ingest derives each commit chunk's profiles on one DuckDB connection: none may see another's rows.
+    from xprosql.models.tables import INGEST_DERIVED_TABLES
+
+    together = xprosql.load(serial_warehouse)
+    paths = dict(together.sql("SELECT profile_id, source_path FROM profiles").rows())
+    assert len(paths) == len(SMALL_KINETO) + 1
+    for profile_id, path in paths.items():
+        alone = tmp_path / profile_id
+        assert xprosql.ingest(path, into=alone, compact=False).ok
+        for table in INGEST_DERIVED_TABLES:
+            query = f"SELECT * FROM {table} WHERE profile_id = '{profile_id}' ORDER BY ALL"
+            assert together.sql(query).rows() == xprosql.load(alone).sql(query).rows(), (table, path)
+    assert together.sql("SELECT count(*) FROM op_stats").rows()[0][0] > 0
+
+
 def test_parallel_equals_serial_and_skips_by_content(logs: Path, serial_warehouse: Path, tmp_path: Path) -> None:
     bad = tmp_path / "extra"
     bad.mkdir()

@@ -67,25 +67,20 @@ class Deriver:
 
     A connection with a view per table and the SQL functions takes 60-100 ms to set up: most of what deriving a
     small profile costs. Larger profiles get a connection of their own, spilling to their staging directory.
-    Use it as a context manager: leaving closes the connection.
 
     Example:
-        >>> with Deriver() as deriver:                               # doctest: +SKIP
-        ...     for table, rows in deriver.derive(staged, decoded):
-        ...         staged.write(table, rows)
+        >>> deriver = Deriver()                                      # doctest: +SKIP
+        >>> for table, rows in deriver.derive(staged, decoded):      # doctest: +SKIP
+        ...     staged.write(table, rows)
+        >>> deriver.close()                                          # doctest: +SKIP
     """
 
     def __init__(self) -> None:
         self._con: duckdb.DuckDBPyConnection | None = None
         self._spill: str | None = None
 
-    def __enter__(self) -> Deriver:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
     def close(self) -> None:
+        """Close the shared connection and remove its spill directory (the next profile opens another)."""
         if self._con is not None:
             self._con.close()
             self._con = None
