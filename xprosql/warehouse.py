@@ -401,13 +401,13 @@ class Snapshot:
     def row_counts(self) -> dict[str, int]:
         """Rows of every table in this snapshot, from the log's per-file counts (no scan); a packed file that also
         holds profiles outside the snapshot has its ``profile_id`` column read."""
-        counts = {}
-        for table in TABLES:
-            files = self.files.get(table, ())
-            counts[table] = sum(f.rows for f in files if f.exact) + sum(
-                pc.sum(pc.is_in(pq.read_table(f.path, columns=[PARTITION_COLUMN]).column(0).cast(pa.string()),
-                                pa.array(self.profile_ids, pa.string()))).as_py() or 0 for f in files if not f.exact)
-        return counts
+        return {table: sum(f.rows if f.exact else self._rows_read(f.path) for f in self.files.get(table, ()))
+                for table in TABLES}
+
+    def _rows_read(self, path: str) -> int:
+        """Rows of the file ``path`` that belong to this snapshot's profiles."""
+        ids = pq.read_table(path, columns=[PARTITION_COLUMN]).column(0).cast(pa.string())
+        return int(pc.sum(pc.is_in(ids, pa.array(self.profile_ids, pa.string()))).as_py() or 0)
 
     def restrict(self, profile_ids: Iterable[str]) -> Snapshot:
         """The same snapshot narrowed to ``profile_ids`` (which it must hold)."""
