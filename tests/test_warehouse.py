@@ -174,6 +174,41 @@ def test_a_process_killed_mid_commit_leaves_no_partial_profile_and_the_next_inge
     _assert_engines_agree(root)  # the dead commit's rows are gone from the latest versions too
 
 
+def test_an_empty_new_folder_is_removed_only_while_no_ingest_is_staging_into_it(tmp_path: Path) -> None:
+    # What four ingests into one new folder do (the concurrent test above once lost a file to it): one that
+    # committed nothing removes the folder while another is about to stage a profile there.
+    import fcntl
+    import threading
+
+    root = tmp_path / "run"
+    warehouse = Warehouse(root)
+    lock_path = root / "_xprosql" / "stage.lock"
+    lock_path.parent.mkdir(parents=True)
+    with open(lock_path, "a") as making:  # another ingest making its staging folder: the folder stays
+        fcntl.flock(making, fcntl.LOCK_SH)
+        warehouse.remove_if_empty()
+        assert lock_path.parent.is_dir()
+    made: list[Path] = []
+
+    def stage() -> None:
+        with warehouse.stage("0" * 16) as staged:
+            made.append(staged.directory)
+            assert staged.directory.is_dir()
+            staged.discard()  # as an ingest does when its file is present already
+
+    with open(lock_path, "a") as removing:  # a removal under way: a staging ingest waits, then makes it again
+        fcntl.flock(removing, fcntl.LOCK_EX)
+        staging = threading.Thread(target=stage)
+        staging.start()
+        time.sleep(0.2)
+        assert not made
+        shutil.rmtree(root)
+    staging.join(timeout=30)
+    assert len(made) == 1 and made[0].parent == root / "_xprosql"
+    warehouse.remove_if_empty()  # nothing staged any more: removed
+    assert not root.exists()
+
+
 def test_time_travel_returns_the_earlier_snapshot(tmp_path: Path) -> None:
     root = tmp_path / "run"
     assert xprosql.ingest(GPU_SAMPLE, into=root).ok

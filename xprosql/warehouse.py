@@ -72,7 +72,7 @@ import uuid
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import IO, Any
@@ -121,6 +121,8 @@ VACUUM_RETENTION_HOURS = 1
 _CHECKPOINT_INTERVAL = "10"
 _META = "_xprosql"
 _LOCK_FILE = "commit.lock"
+# Held shared while a staging folder is made, exclusive while an empty new warehouse folder is removed.
+_STAGE_LOCK_FILE = "stage.lock"
 _STAGING_PREFIX = "staging-"
 _PENDING_PREFIX = "pending-"
 _OWNER_FILE = ".owner"
@@ -204,6 +206,14 @@ def _try_lock(handle: IO[Any], mode: int) -> bool:
     except BlockingIOError:
         return False
     return True
+
+
+def _still_at(handle: IO[Any], path: Path) -> bool:
+    """Whether the open file ``handle`` is still the file at ``path`` (not removed since it was opened)."""
+    try:
+        return os.fstat(handle.fileno()).st_ino == os.stat(path).st_ino
+    except FileNotFoundError:
+        return False
 
 
 def _now_ms() -> int:
@@ -520,13 +530,25 @@ class Warehouse:
         meta = self._meta()
         if self.is_warehouse() or not self.root.is_dir():
             return
-        if meta.is_dir():
-            self._collect_staging()
-            if any(e.name != _LOCK_FILE for e in os.scandir(meta)):
-                return
-        if any(e.name != _META for e in os.scandir(self.root)):
+        if not meta.is_dir():
+            with suppress(OSError):  # not empty: someone else's now
+                self.root.rmdir()
             return
-        shutil.rmtree(self.root, ignore_errors=True)
+        # Exclusive: no other ingest is making a staging folder in it now, and one that starts waits, then finds
+        # the folder gone and makes it again.
+        try:
+            lock = open(meta / _STAGE_LOCK_FILE, "a")  # noqa: SIM115 - the with below closes it
+        except FileNotFoundError:  # another ingest removed it this instant
+            return
+        with lock:
+            if not _try_lock(lock, fcntl.LOCK_EX):
+                return
+            self._collect_staging()
+            if any(e.name not in (_LOCK_FILE, _STAGE_LOCK_FILE) for e in os.scandir(meta)):
+                return
+            if self.is_warehouse() or any(e.name != _META for e in os.scandir(self.root)):
+                return
+            shutil.rmtree(self.root, ignore_errors=True)
 
     def is_older_format(self) -> bool:
         """True for a warehouse of xprosql's own format before Delta (hive partitions, packs, manifests)."""
@@ -714,16 +736,21 @@ class Warehouse:
     def stage(self, profile_id: str) -> Iterator[StagedProfile]:
         """Write a profile aside; on any exception its files are deleted. Commit it with :meth:`commit`."""
         meta = self._meta()
-        meta.mkdir(parents=True, exist_ok=True)
         name = uuid.uuid4().hex
-        pending = meta / f"{_PENDING_PREFIX}{name}"
-        pending.mkdir()
-        # Held while staging: a later cleanup removes the directory only once this process is gone.
-        owner = open(pending / _OWNER_FILE, "w")  # noqa: SIM115 - held until commit or discard
-        fcntl.flock(owner, fcntl.LOCK_EX)
-        # Renamed once locked, so every staging folder has its owner file (a crash before leaves a pending one).
-        directory = meta / f"{_STAGING_PREFIX}{name}"
-        os.rename(pending, directory)
+        pending, directory = meta / f"{_PENDING_PREFIX}{name}", meta / f"{_STAGING_PREFIX}{name}"
+        while True:
+            meta.mkdir(parents=True, exist_ok=True)
+            with open(meta / _STAGE_LOCK_FILE, "a") as lock:
+                fcntl.flock(lock, fcntl.LOCK_SH)
+                if not _still_at(lock, meta / _STAGE_LOCK_FILE):
+                    continue  # an ingest that committed nothing removed the new folder meanwhile: make it again
+                pending.mkdir()
+                # Held while staging: a later cleanup removes the directory only once this process is gone.
+                owner = open(pending / _OWNER_FILE, "w")  # noqa: SIM115 - held until commit or discard
+                fcntl.flock(owner, fcntl.LOCK_EX)
+                # Renamed once locked, so every staging folder has its owner file (a crash before leaves a pending one).
+                os.rename(pending, directory)
+                break
         staged = StagedProfile(directory, profile_id, owner)
         try:
             yield staged
