@@ -2,7 +2,7 @@
 
 Both decoders of each format give the same tables; the compiled ones are three times faster per
 byte but cost a fixed price in each process: loading their machine code from numba's cache
-(about 0.7 s of CPU), or compiling it on the first run after an install (8-14 s of one core). So a
+(about 0.7 s of CPU), or compiling it on the first run after an install (8-10 s of one core). So a
 process that has not loaded them yet decodes a file below :data:`COMPILED_MIN_BYTES` without them,
 and switches once it has decoded that much (a batch worker pays the price once, for many files).
 A compilation is announced on stderr before it starts. ``XPROSQL_COMPILED=always`` or ``never``
@@ -31,7 +31,7 @@ COMPILED_MIN_BYTES: dict[str, int] = {"xspace": 4 << 20, "kineto": 3 << 19}
 _MODULES: dict[str, str] = {"xspace": "xprosql.ingest._xspace_numba", "kineto": "xprosql.ingest._kineto_scan"}
 _LABELS: dict[str, str] = {"xspace": "XSpace decoder", "kineto": "Kineto JSON scanner"}
 # What compiling each takes on one core of the 2-core benchmark machine (benchmarks/RESULTS.md, "first run").
-_COMPILE_SECONDS: dict[str, int] = {"xspace": 10, "kineto": 12}
+_COMPILE_SECONDS: dict[str, int] = {"xspace": 8, "kineto": 10}
 
 _loaded: set[str] = set()
 _decoded_without: dict[str, int] = {}

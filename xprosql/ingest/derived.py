@@ -24,8 +24,9 @@ from xprosql.warehouse import StagedProfile
 
 __all__ = ["DERIVE_MEMORY_LIMIT", "DecodedTables", "Deriver"]
 
-# DuckDB's memory limit while deriving: what does not fit spills to the staging directory, deleted with it, so a
-# profile of tens of millions of events ingests in a few GB.
+# DuckDB's memory limit while deriving: what does not fit spills to disk (a large profile's staging directory,
+# deleted with it; the shared connection's own temporary directory), so a profile of tens of millions of events
+# ingests in a few GB.
 DERIVE_MEMORY_LIMIT = "2GB"
 _DECODED = [table for table in TABLES if table not in INGEST_DERIVED_TABLES]
 # Included by more than one derived table (the CPU op tree of PyTorch traces): computed once per profile.
