@@ -70,6 +70,7 @@ _DDP_STRAGGLER_PROGRAM = _TORCH_TRAIN + textwrap.dedent(
     logdir, schedule, base_s = sys.argv[1], json.loads(sys.argv[2]), float(sys.argv[3])
     rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
     delays = {int(step): s for step, s in json.loads(sys.argv[4]).get(str(rank), {}).items()}  # step -> s
+    bucket_cap_mb = float(sys.argv[5])
 
     class Paced(nn.Module):
         # forward call i is step i (ProfilerStep#i): sleep base_s, plus this rank's delay in that step
@@ -86,7 +87,7 @@ _DDP_STRAGGLER_PROGRAM = _TORCH_TRAIN + textwrap.dedent(
     dist.init_process_group("gloo", rank=rank, world_size=world, timeout=datetime.timedelta(seconds=60))
     try:
         torch.manual_seed(0)  # the same initial weights on every rank
-        model = DistributedDataParallel(Paced(mlp()))
+        model = DistributedDataParallel(Paced(mlp()), bucket_cap_mb=bucket_cap_mb)
         train(model, logdir, f"rank{rank}", schedule, rank)
         dist.barrier()
     finally:
@@ -95,26 +96,24 @@ _DDP_STRAGGLER_PROGRAM = _TORCH_TRAIN + textwrap.dedent(
 )
 
 
-def make_ddp_straggler_profiles(logdir: Path, *, delayed: bool = True, timeout_s: float = 150.0) -> list[Path]:
+def make_ddp_straggler_profiles(logdir: Path, *, delayed: bool = True, base_s: float = DDP_BASE_S,
+                                delay_s: float = DDP_DELAY_S, bucket_cap_mb: float = 25.0,
+                                timeout_s: float = 150.0) -> list[Path]:
     """Run the 4-rank gloo DDP job of the module docstring (``delayed=False``: the control run); return the
-    ranks' ``*.pt.trace.json``, rank 0 first.
+    ranks' ``*.pt.trace.json``, rank 0 first. ``base_s`` and ``delay_s`` replace :data:`DDP_BASE_S` and
+    :data:`DDP_DELAY_S`; a ``bucket_cap_mb`` below the model's 0.4 MB of gradients splits each step's all-reduce
+    into several (DDP's default, 25 MB, makes one), so the straggler arrives last at several collectives a step.
 
     Example:
         >>> make_ddp_straggler_profiles(tmp_path / "ddp")       # doctest: +SKIP
         [PosixPath('.../rank0.1700000000000.pt.trace.json'), ...]
     """
     _require("torch", "torch==2.13.0")
-    programs = []
-    for rank in range(DDP_RANKS):
-        delays = {str(s): DDP_DELAY_S for s in DDP_DELAYED_STEPS} if delayed and rank == DDP_SLOW_RANK else {}
-        programs.append(delays)
-    # Each rank reads its own delays: one program text, the delays per rank in the environment-free argv.
-    per_rank = json.dumps({str(r): d for r, d in enumerate(programs)})
-    program = _DDP_STRAGGLER_PROGRAM.replace(
-        "delays = {int(step): s for step, s in json.loads(sys.argv[4]).items()}",
-        "delays = {int(step): s for step, s in json.loads(sys.argv[4])[os.environ['RANK']].items()}")
-    return run_gloo_ranks(program, [json.dumps(DDP_SCHEDULE), str(DDP_BASE_S), per_rank], Path(logdir), DDP_RANKS,
-                          label="gloo DDP straggler", timeout_s=timeout_s)
+    # Each rank reads its own delays (step -> s) from one argument: one program text for every rank.
+    delays = {str(DDP_SLOW_RANK): {str(s): delay_s for s in DDP_DELAYED_STEPS}} if delayed else {}
+    return run_gloo_ranks(_DDP_STRAGGLER_PROGRAM, [json.dumps(DDP_SCHEDULE), str(base_s), json.dumps(delays),
+                                                   str(bucket_cap_mb)],
+                          Path(logdir), DDP_RANKS, label="gloo DDP straggler", timeout_s=timeout_s)
 
 
 JAX_STEPS = 4

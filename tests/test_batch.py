@@ -68,6 +68,7 @@ def serial_warehouse(logs: Path, tmp_path_factory: pytest.TempPathFactory) -> Pa
     return root
 
 
+@pytest.mark.slow
 def test_profiles_derived_together_equal_each_derived_alone(serial_warehouse: Path, tmp_path: Path) -> None:
     # The serial ingest derives each commit chunk's profiles on one DuckDB connection: none may see another's rows.
     from xprosql.models.tables import INGEST_DERIVED_TABLES
@@ -84,6 +85,7 @@ def test_profiles_derived_together_equal_each_derived_alone(serial_warehouse: Pa
     assert together.sql("SELECT count(*) FROM op_stats").rows()[0][0] > 0
 
 
+@pytest.mark.slow
 def test_parallel_equals_serial_and_skips_by_content(logs: Path, serial_warehouse: Path, tmp_path: Path) -> None:
     bad = tmp_path / "extra"
     bad.mkdir()
@@ -103,6 +105,7 @@ def test_parallel_equals_serial_and_skips_by_content(logs: Path, serial_warehous
     assert [s.path for s in xprosql.ingest([copy, copy], into=root, jobs=2).skipped] == [str(copy)] * 2
 
 
+@pytest.mark.slow
 def test_interrupted_in_process_then_resumed_equals_uninterrupted(
     logs: Path, serial_warehouse: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -131,6 +134,7 @@ def test_interrupted_in_process_then_resumed_equals_uninterrupted(
     assert not list(root.glob("_xprosql/staging-*"))
 
 
+@pytest.mark.slow
 def test_killed_parallel_ingest_then_resumed_equals_uninterrupted(logs: Path, serial_warehouse: Path, tmp_path: Path) -> None:
     """SIGKILL to the whole process group of a --jobs 2 ingest: no cleanup runs at all."""
     root = tmp_path / "run"
@@ -202,6 +206,7 @@ def test_bad_metadata_file_fails_its_profiles_only(tmp_path: Path) -> None:
     assert len(report.failed) == 1 and "xprosql.json" in report.failed[0][1]
 
 
+@pytest.mark.slow
 def test_cli_batch_ingest(logs: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     root = tmp_path / "run"
     code = main(["ingest", str(logs), "--into", str(root), "--jobs", "2", "--tag", "team=x", "--progress", "-q", "--compact", "never"])

@@ -13,7 +13,7 @@ import pytest
 from conftest import cohort_parameters
 
 import xprosql
-from xprosql.engine.library import library
+from xprosql.engine.library import Library, Range, library, placeholders
 
 ANALYSES = [m.id for m in library().public()]
 # Declared DuckDB type -> the Arrow types a Result may hold for it (integer sums arrive as int64).
@@ -49,6 +49,7 @@ def test_the_catalogue_lists_every_public_module() -> None:
 
 
 @pytest.mark.parametrize("analysis", ANALYSES)
+@pytest.mark.slow
 def test_analysis_columns_are_the_declared_ones(run: xprosql.Run, analysis: str) -> None:
     module = library().module(analysis)
     result = run.analysis(analysis, **_arguments(run, analysis))
@@ -134,3 +135,82 @@ def test_cli_lists_and_describes_every_analysis() -> None:
     assert {"hidden_coverage", "prefer_async_line"} <= set(parameters)
     # The included async_ops' $kinds is bound to its default: a summary always covers every kind.
     assert "kinds" not in parameters and "exposed_ps" in described.split("columns:")[1]
+
+
+# --- the values a parameter takes: declared in the header, checked the same for every caller (issue 30) ----------
+
+def test_values_the_header_refuses_raise_naming_analysis_and_parameter(run: xprosql.Run) -> None:
+    refused = [
+        (lambda: run.top_ops(top=0), r"ops.top_ops: \$top must be >= 1, not 0"),
+        (lambda: run.analysis("top_ops", top=-5), r"ops.top_ops: \$top must be >= 1, not -5"),
+        (lambda: run.roofline(peak_flops_per_s=-1), r"ops.roofline: \$peak_flops_per_s must be > 0, not -1"),
+        (lambda: run.memory_timeline(buckets=0), r"memory.memory_timeline: \$buckets must be >= 1, not 0"),
+        (lambda: run.analysis("bottlenecks", scope="weird"), r"steps.bottlenecks: \$scope must be one of step, profile"),
+        (lambda: run.bottlenecks(scope="weird"), r"steps.bottlenecks: \$scope must be one of step, profile, not 'weird'"),  # type: ignore[arg-type]
+        (lambda: run.bottlenecks(idle_share=1.5), r"steps.bottlenecks: \$idle_share must be >= 0 and <= 1, not 1.5"),
+        (lambda: run.memory_bound(high_utilization=float("nan")), r"\$high_utilization must be >= 0 and <= 1, not nan"),
+        (lambda: run.analysis("fleet.compare", baseline=["x"], candidate=["y"], by="nope"),
+         r"fleet.compare: \$by must be one of op, category, module, not 'nope'"),
+        # NULL where the header gives it no meaning: it would compare with NULL and return nothing.
+        (lambda: run.analysis("top_ops", top=None), r"ops.top_ops: \$top does not take NULL; leave it out for its default, 10"),
+        (lambda: run.analysis("fleet.compare", baseline=None, candidate=["y"]), r"fleet.compare: \$baseline does not take NULL"),
+    ]
+    for call, message in refused:
+        with pytest.raises(xprosql.ParameterError, match=message) as raised:
+            call()
+        assert "\n" not in str(raised.value)
+    # NULL where the header says what it does, and the edges of a range, are taken.
+    assert library().bind("memory.hlo_memory", {"color": None, "top": 1})["color"] is None
+    assert library().bind("steps.bottlenecks", {"idle_share": 0, "host_bound_share": 1.0, "scope": "step"})["idle_share"] == 0
+
+
+def test_header_tags_parse_and_a_contradiction_is_the_librarys_mistake(tmp_path: Path) -> None:
+    def module(parameters: str) -> Path:
+        (tmp_path / "x").mkdir(exist_ok=True)
+        path = tmp_path / "x" / "m.sql"
+        path.write_text(f"-- x.m: a test module\n--\n-- Parameters:\n{parameters}\n--\n-- Columns:\n--   a  BIGINT  a\nSELECT 1 AS a\n")
+        return path
+
+    module("--   $n  BIGINT  a count, at least one [range: 1..] (default: 3)\n"
+           "--   $share  DOUBLE  a share [range: 0..<1] (default: 0.5)\n"
+           "--   $peak  DOUBLE  a peak; NULL: the profile's [range: 0<..] (default: NULL)\n"
+           "--   $kind  VARCHAR  which [choices: a, b] (default: 'a')")
+    declared = Library(tmp_path).parameters("x.m")
+    assert declared["n"].range == Range(1, False, None, False) and declared["n"].description == "a count, at least one"
+    assert declared["share"].range == Range(0.0, False, 1.0, True) and str(declared["share"].range) == "0..<1"
+    assert declared["peak"].range == Range(0.0, True, None, False) and declared["peak"].nullable
+    assert declared["kind"].choices == ("a", "b") and declared["kind"].tags == "[choices: a, b]"
+    with pytest.raises(xprosql.ParameterError, match=r"x.m: \$share must be >= 0 and < 1, not 1"):
+        Library(tmp_path).bind("x.m", {"share": 1})
+    for line, words in [
+        ("--   $n  BIGINT  a count [range: 1..] (default: 0)", r"m.sql: x.m: \$n must be >= 1, not 0"),
+        ("--   $n  BIGINT  a count [range: one..] (default: 1)", r"m.sql: \$n: range 'one..' is not LOW..HIGH"),
+        ("--   $n  BIGINT  a count [choices: 1, 2] (default: 1)", r"m.sql: \$n \(BIGINT\): no tag \[choices: ...\]"),
+        ("--   $n  BIGINT  a count [rnage: 1..] (default: 1)", r"no tag \[rnage: ...\]"),
+    ]:
+        module(line)
+        with pytest.raises(xprosql.AnalysisError, match=words):
+            Library(tmp_path)
+
+
+@pytest.mark.parametrize("analysis", ANALYSES)
+@pytest.mark.slow
+def test_shown_sql_has_every_value_written_in(run: xprosql.Run, analysis: str) -> None:
+    text = library().shown(analysis, _arguments(run, analysis))
+    assert not placeholders(text), analysis
+    run.sql(f"EXPLAIN {text}").rows()  # DuckDB binds it: no parameter left to provide, every literal of its type
+
+
+def test_compare_takes_a_predicate_or_profile_ids(run: xprosql.Run) -> None:
+    cohorts = cohort_parameters(run)
+    by_predicate = run.compare(baseline="format = 'xspace'", candidate="format = 'kineto'", by="category").pl()
+    by_ids = run.compare(baseline=cohorts["baseline"], candidate=tuple(cohorts["candidate"]), by="category").pl()
+    assert by_predicate.height > 0 and by_ids.equals(by_predicate)
+    # The analysis module takes the same ids: one meaning of a cohort of ids.
+    assert run.analysis("fleet.compare", **cohorts, by="category").pl().equals(by_predicate)
+    with pytest.raises(xprosql.ParameterError, match="profiles not in the warehouse .*: 0000000000000000"):
+        run.compare(baseline=["0000000000000000"], candidate="true")
+    with pytest.raises(xprosql.ParameterError, match=r"fleet.compare: \$candidate: profiles not in the warehouse .*: 0000, nope"):
+        run.analysis("fleet.compare", baseline=cohorts["baseline"], candidate=["nope", "0000"])
+    with pytest.raises(xprosql.ParameterError, match="candidate cohort is empty"):
+        run.compare(baseline="true", candidate=[])

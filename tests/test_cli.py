@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shlex
 import shutil
 import subprocess
 import sys
@@ -62,10 +63,40 @@ def test_errors_go_to_stderr_with_nonzero_exit(tmp_path: Path, capsys: pytest.Ca
     assert "nope" in capsys.readouterr().err
 
 
-def test_demo_runs_from_the_installed_entry_point() -> None:
+def xprosql_command() -> list[str]:
     exe = Path(sys.executable).with_name("xprosql")
-    command = [str(exe), "demo"] if exe.exists() else [sys.executable, "-m", "xprosql.cli", "demo"]
-    done = subprocess.run(command, capture_output=True, text=True, timeout=300)
+    return [str(exe)] if exe.exists() else [sys.executable, "-m", "xprosql.cli"]
+
+
+def test_demo_runs_from_the_installed_entry_point(tmp_path: Path) -> None:
+    done = subprocess.run([*xprosql_command(), "demo"], capture_output=True, text=True, timeout=300, cwd=tmp_path)
     assert done.returncode == 0, done.stderr
     assert "/device:TPU:3" in done.stdout and "918.0" in done.stdout
     assert "all-reduce" in done.stdout  # one of the top XLA ops
+
+
+def test_demo_keeps_its_warehouse_and_its_next_commands_run(tmp_path: Path) -> None:
+    """The warehouse stays (./xprosql-demo, or --into), and the three commands the demo prints run as printed."""
+    done = subprocess.run([*xprosql_command(), "demo"], capture_output=True, text=True, timeout=300, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert "in the warehouse xprosql-demo (kept" in done.stdout
+    assert Warehouse(tmp_path / "xprosql-demo").is_warehouse()
+    following = done.stdout.split("Next, on the same warehouse:\n", 1)[1].splitlines()
+    commands = [shlex.split(line, comments=True) for line in following if line.startswith("  xprosql ")]
+    assert [c[1] for c in commands] == ["report", "roofline", "sql"] and all(c[2] == "xprosql-demo" for c in commands)
+    for command in commands:
+        ran = subprocess.run([*xprosql_command(), *command[1:]], capture_output=True, text=True, timeout=300, cwd=tmp_path)
+        assert ran.returncode == 0 and ran.stdout, (command, ran.stderr)
+    assert (tmp_path / "report.html").stat().st_size > 1_000_000
+    # again: the same warehouse, found; elsewhere with --into; never into a folder of something else
+    again = subprocess.run([*xprosql_command(), "demo"], capture_output=True, text=True, timeout=300, cwd=tmp_path)
+    assert again.returncode == 0 and "Found the bundled" in again.stdout, again.stderr
+    into = subprocess.run([*xprosql_command(), "demo", "--into", str(tmp_path / "mine")], capture_output=True, text=True,
+                          timeout=300)
+    assert into.returncode == 0 and f"xprosql report {tmp_path / 'mine'} --out" in into.stdout, into.stderr
+    (tmp_path / "notes").mkdir()
+    (tmp_path / "notes" / "todo.txt").write_text("mine")
+    refused = subprocess.run([*xprosql_command(), "demo", "--into", "notes"], capture_output=True, text=True,
+                             timeout=300, cwd=tmp_path)
+    assert refused.returncode == 2 and "not an xprosql warehouse" in refused.stderr
+    assert sorted(p.name for p in (tmp_path / "notes").iterdir()) == ["todo.txt"]

@@ -78,6 +78,7 @@ def test_binary_values_are_hex_in_csv_and_json(warehouse: Path) -> None:
 
 @pytest.mark.parametrize("table", ["profiles", "device_stats", "event_stats", "metadata_stats", "tracks"])
 @pytest.mark.parametrize("format_", ["table", "csv", "json", "parquet"])
+@pytest.mark.slow
 def test_every_format_takes_every_table(warehouse: Path, tmp_path: Path, table: str, format_: str) -> None:
     out = tmp_path / f"{table}.{format_}"
     args = ["--out", out] if format_ != "table" else []
@@ -111,6 +112,31 @@ MISTAKES = {
     "unknown_analysis_listed": (["analyses", "nope"], "no analysis named 'nope'"),
     "unknown_parameter": (["sql", "{dir}", "--analysis", "roofline", "--param", "nope=1"], "no parameter nope"),
     "bad_parameter_value": (["sql", "{dir}", "--analysis", "roofline", "--param", "top=abc"], "'abc' is not a BIGINT"),
+    # Values the header's [range: ...] and [choices: ...] refuse, as Python refuses them (one validation).
+    "negative_top": (["sql", "{dir}", "--analysis", "top_ops", "--param", "top=-5"], "ops.top_ops: $top must be >= 1, not -5"),
+    "zero_top": (["sql", "{dir}", "--analysis", "roofline", "--param", "top=0"], "ops.roofline: $top must be >= 1, not 0"),
+    "negative_peak": (["sql", "{dir}", "--analysis", "roofline", "--param", "peak_flops_per_s=-1"],
+                      "ops.roofline: $peak_flops_per_s must be > 0, not -1.0"),
+    "zero_buckets": (["sql", "{dir}", "--analysis", "memory_timeline", "--param", "buckets=0"],
+                     "memory.memory_timeline: $buckets must be >= 1, not 0"),
+    "share_over_one": (["sql", "{dir}", "--analysis", "bottlenecks", "--param", "idle_share=10"],
+                       "steps.bottlenecks: $idle_share must be >= 0 and <= 1, not 10.0"),
+    "unknown_scope": (["sql", "{dir}", "--analysis", "bottlenecks", "--param", "scope=weird"],
+                      "steps.bottlenecks: $scope must be one of step, profile, not 'weird'"),
+    "null_where_not_taken": (["sql", "{dir}", "--analysis", "top_ops", "--param", "top=NULL"],
+                             "ops.top_ops: $top does not take NULL; leave it out for its default, 10"),
+    "unclosed_list": (["sql", "{dir}", "--analysis", "compare", "--param", "baseline=['a", "--param", "candidate=b"],
+                      "fleet.compare: $baseline: \"['a\" is not a list: write a,b or ['a', 'b']"),
+    "unknown_profile_id": (["sql", "{dir}", "--analysis", "compare", "--param", "baseline=nope,0000", "--param",
+                            "candidate=nope"], "fleet.compare: $baseline: profiles not in the warehouse"),
+    "show_without_required": (["sql", "{dir}", "--analysis", "compare", "--show"], "fleet.compare needs baseline"),
+    "show_out_of_range": (["sql", "{dir}", "--analysis", "roofline", "--show", "--param", "top=0"], "$top must be >= 1"),
+    "compare_empty_cohort": (["compare", "{dir}", "--baseline", "format = 'nope'", "--candidate", "true"],
+                             "baseline cohort is empty: no profile satisfies \"format = 'nope'\""),
+    "compare_bad_predicate": (["compare", "{dir}", "--baseline", "nosuch = 1", "--candidate", "true"],
+                              "bad profile predicate 'nosuch = 1'"),
+    "compare_negative_peak": (["compare", "{dir}", "--baseline", "true", "--candidate", "true", "--peak-flops", "-1"],
+                              "$peak_flops_per_s must be > 0"),
     "query_and_analysis": (["sql", "{dir}", "SELECT 1", "--analysis", "roofline"], "not both"),
     "no_query": (["sql", "{dir}"], "give a SQL query"),
     "parquet_without_out": (["sql", "{dir}", "SELECT 1", "--format", "parquet"], "--format parquet needs --out"),
@@ -129,6 +155,7 @@ MISTAKES = {
 
 
 @pytest.mark.parametrize("mistake", MISTAKES)
+@pytest.mark.slow
 def test_a_mistake_is_one_line_and_a_non_zero_exit(warehouse: Path, tmp_path: Path, mistake: str) -> None:
     args, words = MISTAKES[mistake]
     (tmp_path / "empty").mkdir()
@@ -138,6 +165,7 @@ def test_a_mistake_is_one_line_and_a_non_zero_exit(warehouse: Path, tmp_path: Pa
     assert words in line, line
 
 
+@pytest.mark.slow
 def test_roofline_chart_without_peaks_names_the_options(warehouse: Path, tmp_path: Path) -> None:
     chart = tmp_path / "x.png"
     line = _one_error(_cli("roofline", warehouse, "--out", chart))
@@ -166,3 +194,75 @@ def test_ingest_failures_are_a_line_each(jax_cpu_profile: Path, tmp_path: Path) 
     (xprof,) = [line for line in lines if line.startswith(f"error: {xprof_json}: ")]
     assert "an XProf trace-viewer JSON" in xprof and f"ingest the {jax_cpu_profile.name}" in xprof
     assert "0 ingested, 0 already present, 2 failed" in done.stdout
+
+
+# --- parameters: one validation, lists, NULL, the shown SQL, compare (issue 30) ---------------------------------
+
+def _ids(warehouse: Path) -> dict[str, str]:
+    """format -> profile id of the warehouse's two profiles."""
+    return {fmt: pid for pid, fmt in xprosql.load(warehouse).sql("SELECT profile_id, format FROM profiles").rows()}
+
+
+def _json(*args: str | Path) -> list[dict]:
+    done = _cli(*args, "--format", "json")
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout)
+
+
+def test_a_list_is_comma_separated_or_bracketed(warehouse: Path) -> None:
+    ids = _ids(warehouse)
+    analysis = ["sql", warehouse, "--analysis", "compare", "--param", f"candidate={ids['xspace']}"]
+    comma = _json(*analysis, "--param", f"baseline={ids['kineto']},{ids['kineto']}")
+    assert comma and {row["baseline_profiles"] for row in comma} == {1}
+    # The bracketed forms (JSON or Python) give the same rows; before, ['id'] was one id "['id']": no rows, silently.
+    assert _json(*analysis, "--param", f"baseline=['{ids['kineto']}']") == comma
+    assert _json(*analysis, "--param", f'baseline=["{ids["kineto"]}"]') == comma
+    # And `analyses NAME` says how a list is written.
+    described = _cli("analyses", "compare")
+    assert described.returncode == 0, described.stderr
+    assert "a list is comma-separated (a,b) or bracketed (['a', 'b']" in described.stdout
+    assert "[choices: op, category, module]" in described.stdout
+
+
+def test_null_unquoted_is_null_and_quoted_is_the_string(warehouse: Path) -> None:
+    rows = _json("sql", warehouse, "SELECT $x IS NULL AS x_is_null, $y AS y, $n + 1 AS n", "--param", "x=NULL",
+                 "--param", "y='NULL'", "--param", "n=41")
+    assert rows == [{"x_is_null": True, "y": "NULL", "n": 42}]
+    # A declared VARCHAR whose NULL means something: scope=NULL is both scopes, as its default.
+    both = _json("sql", warehouse, "--analysis", "bottlenecks", "--param", "scope=NULL")
+    assert {row["scope"] for row in both} == {"step", "profile"}
+    assert both == _json("sql", warehouse, "--analysis", "bottlenecks")
+
+
+@pytest.mark.slow
+def test_shown_sql_runs_as_printed(warehouse: Path) -> None:
+    for params in ([], ["--param", "top=2", "--param", "peak_flops_per_s=1e12", "--param", "peak_source=mine"]):
+        shown = _cli("sql", warehouse, "--analysis", "roofline", "--show", *params)
+        assert shown.returncode == 0 and shown.stderr == "", shown.stderr
+        assert "$top" not in "\n".join(line for line in shown.stdout.splitlines() if not line.startswith("--"))
+        # The printed text, run as a query of its own, gives the analysis's rows (before: "Values were not
+        # provided for top").
+        assert _json("sql", warehouse, shown.stdout) == _json("sql", warehouse, "--analysis", "roofline", *params)
+    rows = _json("sql", warehouse, shown.stdout)
+    assert {row["peak_flops_source"] for row in rows} == {"mine"} and {row["peak_flops_per_s"] for row in rows} == {1e12}
+    assert len([row for row in rows if row["row_kind"] == "op"]) <= 2 * len({row["profile_id"] for row in rows})
+    # A fleet analysis with its required lists written in runs as printed too.
+    ids = _ids(warehouse)
+    cohorts = ["--param", f"baseline={ids['kineto']}", "--param", f"candidate={ids['xspace']}"]
+    shown = _cli("sql", warehouse, "--analysis", "compare", "--show", *cohorts)
+    assert shown.returncode == 0, shown.stderr
+    assert _json("sql", warehouse, shown.stdout) == _json("sql", warehouse, "--analysis", "compare", *cohorts)
+
+
+@pytest.mark.slow
+def test_compare_takes_the_cohorts_python_takes(warehouse: Path) -> None:
+    run = xprosql.load(warehouse)
+    for by in ("op", "bottleneck"):
+        cli = _json("compare", warehouse, "--baseline", "format = 'kineto'", "--candidate", "format = 'xspace'", "--by", by)
+        python = run.compare(baseline="format = 'kineto'", candidate="format = 'xspace'", by=by)  # type: ignore[arg-type]
+        assert cli and cli == json.loads(python.pl().write_json())
+    # Ids in a predicate: the same cohort.
+    ids = _ids(warehouse)
+    by_id = _json("compare", warehouse, "--baseline", f"profile_id IN ('{ids['kineto']}')", "--candidate",
+                  "format = 'xspace'")
+    assert by_id == _json("compare", warehouse, "--baseline", "format = 'kineto'", "--candidate", "format = 'xspace'")

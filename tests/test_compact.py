@@ -44,6 +44,7 @@ def _files(root: Path, table: str) -> list[str]:
     return sorted(DeltaTable(root / table).file_uris())
 
 
+@pytest.mark.slow
 def test_compaction_keeps_results_and_packs_files(warehouse: Path) -> None:
     digest, analyses = table_digest(warehouse), _analyses(warehouse)
     files_before = sum(len(_files(warehouse, t)) for t in TABLES)
@@ -79,6 +80,7 @@ def _compact_in_child(root: str) -> str:
     return str(xprosql.compact(root, retention_hours=0))
 
 
+@pytest.mark.slow
 def test_queries_stay_correct_during_compaction(warehouse: Path) -> None:
     """Readers open and query in a loop while another process compacts, and vacuums with no retention: a load
     that raced the vacuum's deletions may find a file gone (a retention of 0 is for this test only), never
@@ -101,6 +103,7 @@ def test_queries_stay_correct_during_compaction(warehouse: Path) -> None:
     assert table_digest(warehouse)["events"] == expected
 
 
+@pytest.mark.slow
 def test_small_packs_merge_with_new_profiles(tmp_path: Path) -> None:
     root = tmp_path / "run"
     assert xprosql.ingest(KINETO[:4], into=root, compact=False).ok
@@ -117,6 +120,7 @@ def test_small_packs_merge_with_new_profiles(tmp_path: Path) -> None:
         assert set(run.engine.snapshot.stored) == set(run.profile_ids)
 
 
+@pytest.mark.slow
 def test_a_compaction_that_dies_changes_nothing(warehouse: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     digest = table_digest(warehouse)
     version = xprosql.load(warehouse).version
@@ -143,6 +147,7 @@ def test_a_compaction_that_dies_changes_nothing(warehouse: Path, monkeypatch: py
     assert table_digest(warehouse) == digest
 
 
+@pytest.mark.slow
 def test_automatic_compaction_after_ingest(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(importlib.import_module("xprosql.ingest"), "AUTO_COMPACT_MIN_PROFILES", 4)
     root = tmp_path / "run"
@@ -154,6 +159,7 @@ def test_automatic_compaction_after_ingest(tmp_path: Path, monkeypatch: pytest.M
     assert Warehouse(root).uncompacted_profiles() == 0
 
 
+@pytest.mark.slow
 def test_cli_compact(warehouse: Path, capsys: pytest.CaptureFixture[str]) -> None:
     from xprosql.cli import main
 
@@ -164,6 +170,7 @@ def test_cli_compact(warehouse: Path, capsys: pytest.CaptureFixture[str]) -> Non
     assert xprosql.load(copy).sql("SELECT count(*) FROM profiles").rows() == [(len(KINETO) + 1,)]
 
 
+@pytest.mark.slow
 def test_cleanup_spares_a_live_writer_and_takes_a_dead_ones_staging(warehouse: Path) -> None:
     """An ingest's cleanup removes staging folders whose owner is gone, never one being written."""
     wh = Warehouse(warehouse)

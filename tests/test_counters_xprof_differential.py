@@ -58,6 +58,7 @@ GENERATIONS = ["v6e", "v7x"]
 
 
 @pytest.mark.parametrize("generation", GENERATIONS)
+@pytest.mark.slow
 def test_counter_rows_match_perf_counters(cases: tuple[xprosql.Run, dict[str, Case]], generation: str) -> None:
     run, built = cases
     case = built[generation]
@@ -118,6 +119,7 @@ def _pooled(rows: list[dict], key) -> dict:
 
 
 @pytest.mark.parametrize("generation", GENERATIONS)
+@pytest.mark.slow
 def test_utilization_metrics_match_utilization_viewer(cases: tuple[xprosql.Run, dict[str, Case]], generation: str) -> None:
     run, built = cases
     case = built[generation]
@@ -158,6 +160,7 @@ def test_utilization_metrics_match_utilization_viewer(cases: tuple[xprosql.Run, 
 
 
 @pytest.mark.parametrize("generation", GENERATIONS)
+@pytest.mark.slow
 def test_utilization_summary_matches_utilization_viewer(cases: tuple[xprosql.Run, dict[str, Case]], generation: str) -> None:
     run, built = cases
     case = built[generation]

@@ -11,6 +11,9 @@ from conftest import GPU_SAMPLE, TEST_DATA, TPU_SAMPLE
 
 import xprosql
 
+# Slow (tests/conftest.py): each test starts a two-process Dask LocalCluster.
+pytestmark = pytest.mark.slow
+
 distributed = pytest.importorskip("distributed", reason="needs the dask extra: pip install 'xprosql[dask]'")
 
 KINETO = [TEST_DATA / "kineto" / f"{name}.json.gz" for name in

@@ -157,6 +157,7 @@ def test_field_numbers_are_perfettos() -> None:
 
 
 @pytest.mark.parametrize("sample", ["tpu", "v100", "a100"])
+@pytest.mark.slow
 def test_round_trip_gives_the_same_events(run: xprosql.Run, sample: str, tmp_path: Path) -> None:
     pid = pid_of(run, sample)
     summary = run.export_trace(tmp_path / "x.perfetto-trace", profiles=[pid])
@@ -264,6 +265,7 @@ def test_cli_export(run: xprosql.Run, tmp_path: Path, capsys: pytest.CaptureFixt
     assert "error:" in capsys.readouterr().err
 
 
+@pytest.mark.slow
 def test_ranks_side_by_side_on_the_job_clock(tmp_path: Path) -> None:
     """Two ranks of one job (real Kineto traces): with job_clock each rank's slices move by the correction
     jobs.clock_offsets derives from the collectives' ends, and its process says which rank it is."""

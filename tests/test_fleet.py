@@ -20,6 +20,9 @@ import xprosql
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
 import make_corpus
 
+# Slow (tests/conftest.py): the module's fleet of generated profiles takes half a minute to make and ingest.
+pytestmark = pytest.mark.slow
+
 PER_JOB = 10
 CHANGE_AT = 5
 

@@ -30,6 +30,9 @@ import xprosql
 from xprosql.models import TABLES
 from xprosql.warehouse import Warehouse
 
+# Slow (tests/conftest.py): hostile input in bounded time and memory takes minutes: killed workers, full disks, bombs.
+pytestmark = pytest.mark.slow
+
 SMALL_KINETO = TEST_DATA / "kineto" / "mi250_rocm.json.gz"
 LIMIT = 32 << 20
 

@@ -111,12 +111,14 @@ def _data(edit: Callable[[dict], None]) -> bytes:
 
 
 @pytest.mark.parametrize("variant", REGULAR)
+@pytest.mark.slow
 def test_columnar_path_takes_regular_variants_exactly(variant: str) -> None:
     data = _data(REGULAR[variant])
     _assert_same(_tables(_kineto_columnar.decode(data, variant)), _reference(data))
 
 
 @pytest.mark.parametrize("variant", IRREGULAR)
+@pytest.mark.slow
 def test_irregular_variants_go_to_the_reference_path(variant: str) -> None:
     data = _data(IRREGULAR[variant])
     with pytest.raises(_kineto_columnar.Irregular):

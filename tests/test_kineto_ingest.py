@@ -201,6 +201,7 @@ def test_malformed_events_are_counted_not_lost_silently(tmp_path: Path) -> None:
     assert profile["n_events"] == sum(1 for e in _raw(KINETO / "alexnet.json.gz")["traceEvents"] if e.get("ph") in ("X", "i")) - 5
 
 
+@pytest.mark.slow
 def test_launch_coverage_analysis_on_every_gpu_source(tmp_path: Path) -> None:
     root = tmp_path / "run"
     assert xprosql.ingest([*TRACES, GPU_SAMPLE], into=root).ok

@@ -26,6 +26,7 @@ def warehouse(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.mark.parametrize(("name", "params"), [("bottlenecks", {}), ("steps", {}), ("async_ops", {}), ("fleet.profile_summary", {})])
+@pytest.mark.slow
 def test_share_by_share_equals_one_query(warehouse: Path, monkeypatch: pytest.MonkeyPatch, name: str, params: dict) -> None:
     run = xprosql.load(warehouse)
     one_query = run.sql(analysis_text(name), bound_parameters(name, params)).pl()
@@ -37,6 +38,7 @@ def test_share_by_share_equals_one_query(warehouse: Path, monkeypatch: pytest.Mo
     assert shared.sort(pl.all(), nulls_last=True).equals(one_query.sort(pl.all(), nulls_last=True))
 
 
+@pytest.mark.slow
 def test_only_event_scans_are_split(warehouse: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     run = xprosql.load(warehouse)
     monkeypatch.setattr(executor, "SHARE_EVENTS", 20_000)
@@ -69,6 +71,7 @@ def test_compaction_stores_analyses_that_equal_their_sql(warehouse: Path, table:
 
 @pytest.mark.parametrize("params", [{}, {"input_events": "ProfilerStep"}, {"peak_flops_per_s": 1e11, "peak_hbm_bytes_per_s": 2e10}],
                          ids=["defaults", "input_events", "peaks"])
+@pytest.mark.slow
 def test_bottlenecks_read_what_compaction_stored_only_for_the_same_parameters(warehouse: Path, params: dict) -> None:
     # Packed profiles (the Kineto traces) and unpacked ones (the XSpace samples) in one result.
     run = xprosql.load(warehouse)

@@ -118,6 +118,7 @@ with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU], pr
 """
 
 
+@pytest.mark.slow
 def test_a_tensor_kept_every_step_is_named_with_its_growth(tmp_path: Path) -> None:
     pytest.importorskip("torch")
     done = subprocess.run([sys.executable, "-c", LEAKY_PROGRAM, str(tmp_path / "log")], capture_output=True,

@@ -49,6 +49,7 @@ def _one_query(root: Path, analysis: str) -> pl.DataFrame:
 
 
 @pytest.mark.parametrize("analysis", ANALYSES)
+@pytest.mark.slow
 def test_missing_column_reads_null_share_by_share(older: Path, analysis: str) -> None:
     expected = _one_query(older, analysis)
     assert expected.height > 0
@@ -63,6 +64,7 @@ def test_missing_column_reads_null_share_by_share(older: Path, analysis: str) ->
         assert _sorted(shared.analysis(analysis).pl()).equals(_sorted(expected))
 
 
+@pytest.mark.slow
 def test_missing_column_reads_null_after_compaction(older: Path, tmp_path: Path) -> None:
     expected = {analysis: _one_query(older, analysis) for analysis in ANALYSES}
     copy = tmp_path / "run"
@@ -76,6 +78,7 @@ def test_missing_column_reads_null_after_compaction(older: Path, tmp_path: Path)
             assert _sorted(run.analysis(analysis).pl()).equals(_sorted(rows)), analysis
 
 
+@pytest.mark.slow
 def test_missing_column_reads_null_on_dask(older: Path) -> None:
     distributed = pytest.importorskip("distributed", reason="needs the dask extra: pip install 'xprosql[dask]'")
     expected = {analysis: _one_query(older, analysis) for analysis in ANALYSES}

@@ -13,18 +13,20 @@ import json
 import re
 import shutil
 import subprocess
+import sys
 import time
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
+import polars as pl
 import pytest
 from conftest import GPU_SAMPLE, TEST_DATA, TPU_SAMPLE
 
 import xprosql
 from xprosql.cli import main
-from xprosql.report import Report, build_report
+from xprosql.report import Report, _step_figure, build_report
 
 SAMPLES = [TPU_SAMPLE, GPU_SAMPLE, TEST_DATA / "xspace" / "mi300_jax_conv.xplane.pb",
            TEST_DATA / "kineto" / "h100_qwen1.5_0.5b.json.gz", TEST_DATA / "kineto" / "alexnet.json.gz"]
@@ -105,15 +107,18 @@ def test_every_profile_has_its_charts_or_says_why(report: Report, run: xprosql.R
         if "memory" in p.charts:
             values = [v for trace in p.charts["memory"]["data"] for v in trace["y"] if v is not None]
             assert 1 <= max(values) < 1000 and p.charts["memory"]["layout"]["yaxis"]["title"]["text"] in ("GB", "MB", "kB", "B")
-    # the step chart puts each step's time on a log axis when one step dwarfs the others (the V100 sample: a
-    # 2.6 s whole-profile step beside short ones), the categories as shares below it
-    layout = v100.charts["steps"]["layout"]
-    step_ms = v100.charts["steps"]["data"][0]["y"]
-    assert max(step_ms) / min(v for v in step_ms if v > 0) > 20 and layout["yaxis2"]["type"] == "log"
+    # the step chart puts each step's time on a log axis, ticks in human times, when one step dwarfs the others (a
+    # whole-profile step of 130 times the V100's first beside its steps), the categories as shares below it
+    first = v100.steps.head(1)
+    dwarfing = first.with_columns([pl.col(c) * 130 for c in first.columns if c.endswith("_ps") and first[c].dtype.is_numeric()]
+                                  + [pl.lit(-1).cast(first["step_index"].dtype).alias("step_index")])
+    layout = _step_figure(pl.concat([dwarfing, v100.steps]), 40)["layout"]
+    assert layout["yaxis2"]["type"] == "log" and all(re.fullmatch(r"[\d.]+ (s|ms|us)", t) for t in layout["yaxis2"]["ticktext"])
     shares = [trace["y"] for trace in v100.charts["steps"]["data"][1:]]
     assert all(abs(sum(column) - 100) < 0.01 for column in zip(*shares))
 
 
+@pytest.mark.slow
 def test_fleet_summary_sections_the_worst(run: xprosql.Run, tmp_path: Path) -> None:
     report = build_report(run, progress=False, sections=2)
     assert len(report.profiles) == 2 and report.fleet.height == len(SAMPLES)
@@ -135,6 +140,7 @@ def test_a_failing_analysis_is_named(run: xprosql.Run, monkeypatch: pytest.Monke
     assert "roofline failed" in report.write(tmp_path / "r.html").read_text()
 
 
+@pytest.mark.slow
 def test_cli_report(run: xprosql.Run, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     tpu = ids(run)[TPU_SAMPLE.name]
     assert main(["report", str(run.path), "--profile", tpu]) == 0
@@ -144,6 +150,89 @@ def test_cli_report(run: xprosql.Run, tmp_path: Path, capsys: pytest.CaptureFixt
     assert main(["report", str(run.path), "--out", str(tmp_path / "r.html"), "--no-progress", "--sections", "3"]) == 0
     assert "3 profile sections" in capsys.readouterr().out
     assert (tmp_path / "r.html").stat().st_size > 1_000_000  # Plotly's script is inside
+
+
+# -- a plain install: plotly is a dependency, the report needs no extra, a missing chart library is said first ----
+
+OPTIONAL_EXTRAS = ("matplotlib", "pandas", "dask", "jax", "torch", "kaleido", "dask_deltatable")
+
+
+def xprosql_without(blocked: Sequence[str], *args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
+    """The CLI in a process where importing any of ``blocked`` fails, as where they are not installed."""
+    code = ("import sys\n"
+            "class Block:\n"
+            "    @staticmethod\n"
+            "    def find_spec(name, path=None, target=None):\n"
+            f"        if name.split('.')[0] in {tuple(blocked)!r}:\n"
+            "            raise ModuleNotFoundError(f'No module named {name!r}', name=name)\n"
+            "sys.meta_path.insert(0, Block)\n"
+            "from xprosql.cli import main\n"
+            "sys.exit(main(sys.argv[1:]))\n")
+    return subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True, timeout=600, cwd=cwd)
+
+
+@pytest.fixture(scope="module")
+def demo_page(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """`xprosql demo` then `xprosql report <its warehouse> --out r.html`, with every optional extra unimportable."""
+    folder = tmp_path_factory.mktemp("plain")
+    demo = xprosql_without(OPTIONAL_EXTRAS, "demo", cwd=folder)
+    assert demo.returncode == 0, demo.stderr
+    done = xprosql_without(OPTIONAL_EXTRAS, "report", "xprosql-demo", "--out", "r.html", "--no-progress", cwd=folder)
+    assert done.returncode == 0, done.stderr
+    assert re.match(r"wrote r\.html: 1 profiles, 1 profile sections, [1-9]\d* charts", done.stdout), done.stdout
+    return folder / "r.html"
+
+
+@pytest.mark.slow
+def test_plotly_is_a_plain_dependency_and_the_report_needs_no_extra(demo_page: Path) -> None:
+    tomllib = pytest.importorskip("tomllib")  # Python 3.11+
+    project = tomllib.loads((Path(__file__).resolve().parents[1] / "pyproject.toml").read_text())["project"]
+    assert any(re.match(r"plotly\b", d) for d in project["dependencies"])
+    assert not any(re.match(r"plotly\b", d) for d in project["optional-dependencies"]["plot"])
+    text = demo_page.read_text()
+    assert "Plotly.newPlot" in text and "window.Plotly = undefined" not in text
+    assert len(re.findall(r"<div class='chart'", text)) >= 4  # the demo's steps, timeline, roofline, async, memory
+
+
+def test_report_without_plotly_says_what_to_install_and_writes_nothing(run: xprosql.Run, tmp_path: Path) -> None:
+    done = xprosql_without(("plotly",), "report", str(run.path), "--out", str(tmp_path / "r.html"), "--no-progress")
+    assert done.returncode == 2 and done.stdout == ""
+    assert re.fullmatch(r"error: [^\n]*plotly[^\n]*pip install[^\n]*\n", done.stderr), done.stderr
+    assert not (tmp_path / "r.html").exists()
+
+
+def test_roofline_checks_its_chart_library_before_any_work(run: xprosql.Run, tmp_path: Path) -> None:
+    tpu = ids(run)[TPU_SAMPLE.name]
+    png = xprosql_without(("matplotlib",), "roofline", str(run.path), "--profile", tpu, "--out", str(tmp_path / "c.png"))
+    assert png.returncode == 2 and png.stdout == ""  # no table printed before the failure
+    assert re.fullmatch(r"error: [^\n]*matplotlib: pip install 'xprosql\[plot\]'[^\n]*\n", png.stderr), png.stderr
+    assert not (tmp_path / "c.png").exists()
+    # an .html chart is drawn with plotly, which the plain install has
+    page = xprosql_without(("matplotlib",), "roofline", str(run.path), "--profile", tpu, "--out", str(tmp_path / "c.html"))
+    assert page.returncode == 0, page.stderr
+    text = (tmp_path / "c.html").read_text()
+    assert "Plotly.newPlot" in text and "id='fig-roofline'" in text and "broadcast_add_fusion" in text
+
+
+def test_axes_are_in_human_units_and_points_are_labelled(report: Report) -> None:
+    """What the figures ask of Plotly: no SI-suffixed ticks anywhere, log axes labelled in units, a single step on an
+    axis from 0 (not a flat one), labelled roofline and memory-peak points."""
+    for p in report.profiles:
+        for name, figure in p.charts.items():
+            for key, axis in figure["layout"].items():
+                if key.startswith(("xaxis", "yaxis")):
+                    assert axis.get("exponentformat") == "none", (p.title, name, key)
+                    if axis.get("type") == "log":
+                        assert axis["ticktext"] and all(re.search(r"\d", t) for t in axis["ticktext"]), (p.title, name, key)
+        if p.steps.height == 1:
+            assert p.charts["steps"]["layout"]["yaxis2"]["range"][0] == 0, p.title
+        if "roofline" in p.charts:
+            ticks = p.charts["roofline"]["layout"]["yaxis"]["ticktext"]
+            assert all(re.fullmatch(r"[\d.,]+ [kMGTP]?FLOP/s", t) for t in ticks), ticks
+            assert any(t for trace in p.charts["roofline"]["data"] if trace["mode"] == "markers+text" for t in trace["text"])
+        if "memory" in p.charts:
+            peak = next(t for t in p.charts["memory"]["data"] if t["name"] == "peak")
+            assert any(re.search(r": [\d.]+ [kMG]?B$", t) for t in peak["text"]), peak["text"]
 
 
 # -- the browser test -----------------------------------------------------------------------------------------
@@ -225,6 +314,33 @@ def browser(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Chromium]:
     chromium.close()
 
 
+RAW_SI = re.compile(r"^[-−]?[\d.,]+[kMGTPEµμmunpf]$")  # Plotly's own tick labels: 43.4595k, 100µ, 5k
+
+
+def check_drawn_layout(browser: Chromium, chart: str) -> None:
+    """What a reader sees of a drawn chart: tick labels in human units (never 43.4595k or 100µ), no flat axis (ticks
+    that differ in their 4th digit), no blank band under it, a timeline's lines filling most of it, named points."""
+    seen = browser.js(f"""(() => {{ const div = document.getElementById('{chart}'); const box = div.getBoundingClientRect();
+        const ticks = {{}};
+        div.querySelectorAll('.xaxislayer-above > g, .yaxislayer-above > g').forEach(g => {{
+          (ticks[g.getAttribute('class')] = ticks[g.getAttribute('class')] || []).push(g.textContent); }});
+        const drawn = Array.from(div.querySelectorAll('.cartesianlayer, .xaxislayer-above, .infolayer [class*=xtitle]'))
+          .map(e => e.getBoundingClientRect().bottom);
+        const plots = Array.from(div.querySelectorAll('.draglayer .nsewdrag')).map(e => e.getBoundingClientRect().height);
+        const labels = Array.from(div.querySelectorAll('.scatterlayer .textpoint text')).map(t => t.textContent).filter(t => t);
+        return {{ticks, blank: box.bottom - Math.max(...drawn), plot: plots.reduce((a, b) => a + b, 0) / box.height, labels}}; }})()""")
+    for axis, labels in seen["ticks"].items():
+        assert not [t for t in labels if RAW_SI.match(t)], (chart, axis, labels)
+        numbers = [float(t.replace(",", "")) for t in labels if re.fullmatch(r"-?[\d.,]+", t)]
+        if len(numbers) > 1:
+            assert max(numbers) - min(numbers) > 0.1 * max(abs(v) for v in numbers), (chart, axis, labels)
+    assert seen["blank"] < 40, (chart, seen["blank"])  # the div is as tall as the figure
+    if "-timeline-" in chart:
+        assert seen["plot"] > 0.35, (chart, seen["plot"])  # the event lines, not margins and gaps
+    if chart == "fig-fleet" or "-roofline-" in chart:
+        assert seen["labels"], chart  # points are named on the chart, not only in tooltips
+
+
 def test_chromium_draws_every_chart_shows_tooltips_and_follows_links(browser: Chromium, page: Path, report: Report,
                                                                       tmp_path: Path) -> None:
     browser.call("Page.enable")
@@ -246,6 +362,7 @@ def test_chromium_draws_every_chart_shows_tooltips_and_follows_links(browser: Ch
         shot = browser.screenshot(box)
         (tmp_path / f"{chart}.png").write_bytes(shot)
         assert coloured_fraction(shot) * pixels(shot)[..., 0].size > 100, chart  # a few markers at least, in colour
+        check_drawn_layout(browser, chart)
 
     # hover the tallest bar of the first step chart: Plotly's tooltip names the step and a time with its unit
     steps = next(c for c in charts if c.startswith("fig-steps-"))
@@ -281,3 +398,17 @@ def test_chromium_draws_every_chart_shows_tooltips_and_follows_links(browser: Ch
         const t = table[table.length - 1]; const th = t.querySelectorAll('th')[5]; th.click(); th.click();
         return Array.from(t.tBodies[0].rows).map(r => parseFloat(r.cells[5].dataset.v)).filter(v => !isNaN(v)); })()""")
     assert len(order) >= 3 and order == sorted(order)
+
+
+def test_chromium_draws_the_demo_report_of_a_plain_install(browser: Chromium, demo_page: Path, tmp_path: Path) -> None:
+    """`pip install .` (no extras), `xprosql demo`, `xprosql report xprosql-demo --out r.html`: every chart draws."""
+    browser.call("Page.navigate", url=demo_page.as_uri())
+    browser.wait("document.readyState === 'complete' && !!window.Plotly")
+    charts = browser.js("Array.from(document.querySelectorAll('div.chart')).map(d => d.id)")
+    assert len(charts) >= 4
+    for chart in charts:
+        browser.js(f"document.getElementById('{chart}').scrollIntoView({{block: 'center'}})")
+        browser.wait(f"document.getElementById('{chart}').dataset.rendered === '1'")
+        assert browser.js(f"document.getElementById('{chart}').querySelectorAll('.barlayer path, .scatterlayer path').length") > 0
+        check_drawn_layout(browser, chart)
+    (tmp_path / "demo.png").write_bytes(browser.screenshot())

@@ -101,6 +101,7 @@ def test_op_stats_stored_at_ingest_equal_the_sql_over_the_warehouse(run: xprosql
     )
 
 
+@pytest.mark.slow
 def test_op_stats_derived_in_memory_equal_derived_from_the_files(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Small profiles are derived from their decoded tables in memory, large ones from the staged Parquet files."""
     from xprosql.ingest import derived
@@ -406,16 +407,16 @@ def test_matmul_step_dots_are_compute_bound_and_elementwise_step_memory_bound(ru
     assert set(mlp_ops.filter(~pl.col("op").is_in(list(dot_ops)))["classification"]) == {"memory-bound"}
     assert set(ops.filter(pl.col("profile_id") == ew)["classification"]) == {"memory-bound"}
     profile = frame.filter(pl.col("row_kind") == "profile")
-    assert profile.filter(pl.col("profile_id") == mlp)["compute_bound_share"][0] > profile.filter(pl.col("profile_id") == mlp)["memory_bound_share"][0]
-    assert profile.filter(pl.col("profile_id") == ew)["compute_bound_share"][0] == 0.0
+    assert profile.filter(pl.col("profile_id") == mlp)["span_compute_bound_share"][0] > profile.filter(pl.col("profile_id") == mlp)["span_memory_bound_share"][0]
+    assert profile.filter(pl.col("profile_id") == ew)["span_compute_bound_share"][0] == 0.0
 
 
 def test_memory_bound_shares_cover_the_device_time(run: xprosql.Run) -> None:
     frame = run.memory_bound().pl()
     roof = run.roofline().pl()
     for row in frame.filter(pl.col("row_kind") == "profile").iter_rows(named=True):
-        parts = [row[c] for c in ("memory_bound_share", "compute_bound_share", "no_cost_data_share", "unknown_share",
-                                  "collective_share", "idle_share")]
+        parts = [row[c] for c in ("span_memory_bound_share", "span_compute_bound_share", "span_no_cost_data_share", "span_unknown_share",
+                                  "span_collective_share", "span_idle_share")]
         assert math.isclose(sum(parts), 1.0, rel_tol=1e-9), row["profile_id"]
     ops = frame.filter(pl.col("row_kind") == "op").join(
         roof.filter(pl.col("row_kind") == "op"), on=["profile_id", "device_kind", "program_id", "op"], how="left", nulls_equal=True
@@ -464,7 +465,7 @@ def test_cli_shows_runs_and_draws(warehouse: Path, tmp_path: Path, capsys: pytes
 
     assert main(["sql", str(warehouse), "--analysis", "memory_bound", "--show"]) == 0
     shown = capsys.readouterr().out
-    assert shown.strip() == analysis_text("memory_bound").strip()
+    assert shown.strip() == library().shown("ops.memory_bound").strip()  # the defaults written in: it runs as printed
     assert "-- ops.roofline:" in shown and "-- @include" not in shown  # the included roofline, in full
     assert main(["sql", str(warehouse), "--analysis", "roofline", "--param", "top=1", "--format", "csv"]) == 0
     rows = pl.read_csv(capsys.readouterr().out.encode(), infer_schema_length=None)

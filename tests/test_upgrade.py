@@ -77,6 +77,7 @@ def reference(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return root
 
 
+@pytest.mark.slow
 def test_upgrade_keeps_every_row(reference: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     root = tmp_path / "old"
     written = _older_format(reference, root)
@@ -105,6 +106,7 @@ def test_upgrade_keeps_every_row(reference: Path, tmp_path: Path, capsys: pytest
     assert all(c.type == pa.int64() for c in events) and min(pc.min(c).as_py() for c in events if c.null_count < len(c)) < 0
 
 
+@pytest.mark.slow
 def test_a_profile_without_the_op_stats_its_analyses_read_is_refused(reference: Path, tmp_path: Path) -> None:
     """A warehouse from before op_stats existed (hand-made: one profile's op_stats partition left out)."""
     root = tmp_path / "old"

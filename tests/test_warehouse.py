@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import datetime as dt
 import multiprocessing
+import re
 import shutil
 import subprocess
 import sys
@@ -68,6 +69,7 @@ def warehouse(tmp_path: Path) -> Path:
     return root
 
 
+@pytest.mark.slow
 def test_every_table_reads_the_same_through_deltalake_and_polars_before_and_after_compact(warehouse: Path) -> None:
     _assert_engines_agree(warehouse)
     files = {t: len(DeltaTable(warehouse / t).file_uris()) for t in TABLES}
@@ -85,6 +87,7 @@ def _counted(run: xprosql.Run) -> dict[str, int]:
     return {t: run.sql(f"SELECT count(*) FROM {t}").rows()[0][0] for t in TABLES}
 
 
+@pytest.mark.slow
 def test_row_counts_from_the_log_equal_a_scan_for_whole_and_packed_files(warehouse: Path) -> None:
     assert xprosql.load(warehouse).row_counts() == _counted(xprosql.load(warehouse))
     assert xprosql.compact(warehouse) is not None
@@ -96,6 +99,7 @@ def test_row_counts_from_the_log_equal_a_scan_for_whole_and_packed_files(warehou
     assert part.row_counts() == _counted(part) and 0 < part.row_counts()["events"] < run.row_counts()["events"]
 
 
+@pytest.mark.slow
 def test_a_reader_opened_before_a_compact_and_a_vacuum_keeps_reading(warehouse: Path) -> None:
     old = xprosql.load(warehouse)
     before = old.sql("SELECT profile_id, count(*), sum(dur_ps) FROM events GROUP BY 1 ORDER BY 1").rows()
@@ -122,6 +126,7 @@ def _ingest_in_child(args: tuple[list[str], str]) -> tuple[int, int]:
     return len(report.ingested), len(report.skipped)
 
 
+@pytest.mark.slow
 def test_four_concurrent_ingests_over_overlapping_files_keep_each_profile_once(tmp_path: Path) -> None:
     files = [str(p) for p in (*KINETO, TPU_SAMPLE)]
     serial = tmp_path / "serial"
@@ -154,6 +159,7 @@ xprosql.ingest(sys.argv[1], into=sys.argv[2], compact=False)
 """
 
 
+@pytest.mark.slow
 def test_a_process_killed_mid_commit_leaves_no_partial_profile_and_the_next_ingest_completes_it(tmp_path: Path) -> None:
     root = tmp_path / "run"
     assert xprosql.ingest(GPU_SAMPLE, into=root).ok
@@ -209,6 +215,7 @@ def test_an_empty_new_folder_is_removed_only_while_no_ingest_is_staging_into_it(
     assert not root.exists()
 
 
+@pytest.mark.slow
 def test_time_travel_returns_the_earlier_snapshot(tmp_path: Path) -> None:
     root = tmp_path / "run"
     assert xprosql.ingest(GPU_SAMPLE, into=root).ok
@@ -317,16 +324,27 @@ def test_a_warehouse_written_before_a_column_existed_still_reads(tmp_path: Path)
     assert rows[0] == rows[2] > 0 and rows[1] == 0
 
 
+@pytest.mark.slow
 def test_readme_recipes_read_the_warehouse_without_xprosql(warehouse: Path) -> None:
     """The README's "read it without xprosql" snippets, run as a user runs them (a fresh process)."""
     readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
     section = readme[readme.index("### Reading it without xprosql"):]
-    snippet = section[section.index("```python") + len("```python"):]
-    snippet = snippet[:snippet.index("```")]
+    section = section[:section.index("\n## ")]
+    # One block per reader, each standing alone (its own imports) after the pip install its first line names.
+    snippets = [textwrap.dedent(block) for block in re.findall(r"```python\n(.*?)```", section, re.DOTALL)]
+    readers = [snippet.split(":")[0].lstrip("# ") for snippet in snippets]
+    assert readers == ["deltalake, with its own SQL engine", "Polars", "DuckDB over the files the Delta log lists",
+                       "pandas", "Dask"], readers
+    assert all(re.match(r"# [^\n]*: pip install ", snippet) for snippet in snippets), snippets
     events = xprosql.load(warehouse).sql("SELECT count(*) FROM events").rows()[0][0]
-    script = textwrap.dedent(snippet).replace('"run/"', repr(f"{warehouse}/"))
-    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True).stdout.split()
-    assert out == [str(events)] * (len(out)) and len(out) == 5, out  # deltalake, Polars, DuckDB, pandas, Dask
-    xprosql.compact(warehouse)
-    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True).stdout.split()
-    assert out == [str(events)] * 5, out
+    for compacted in (False, True):
+        if compacted:
+            xprosql.compact(warehouse)
+        for reader, snippet in zip(readers, snippets):
+            script = snippet.replace('"run/', f'"{warehouse}/')
+            done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True)
+            # Arrow's scan threads can outlive the interpreter and abort it after the result (apache/arrow#34314,
+            # said in the README): that exit alone is not the recipe's failure.
+            arrow_exit = done.returncode == -6 and "terminate called without an active exception" in done.stderr
+            assert done.returncode == 0 or arrow_exit, (reader, done.stderr[-2000:])
+            assert done.stdout.split() == [str(events)], (reader, done.stdout)

@@ -8,17 +8,17 @@ from __future__ import annotations
 
 import argparse
 import sys
-import tempfile
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from importlib import resources
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from xprosql.errors import ParameterError, XprosqlError, one_line
 
 if TYPE_CHECKING:
     import polars as pl
 
+    from xprosql.engine import Result
     from xprosql.run import Run
 
 __all__ = ["COMMANDS", "user_errors"]
@@ -113,9 +113,11 @@ def _cmd_upgrade(args: argparse.Namespace) -> int:
 
 def _cmd_analyses(args: argparse.Namespace) -> int:
     from xprosql.engine.catalogue import analyses, describe
+    from xprosql.engine.library import VALUE_SYNTAX
 
     if args.name:
         print(describe(args.name))
+        print(f"\n{VALUE_SYNTAX}")
         return 0
     for row in analyses().rows():
         name, _area, description, fleet = row[:4]
@@ -124,84 +126,92 @@ def _cmd_analyses(args: argparse.Namespace) -> int:
     return 0
 
 
-def _parse_params(pairs: Sequence[str], declared: Mapping[str, str] | None = None) -> dict[str, Any]:
-    """``NAME=VALUE`` pairs as values: of the declared DuckDB type (an analysis's ``name -> type``), else
-    an integer, a number or a string, whichever reads. A list (``VARCHAR[]``) is comma-separated."""
-    params: dict[str, Any] = {}
+def _parse_params(pairs: Sequence[str]) -> dict[str, str]:
+    """``NAME=VALUE`` pairs as written: the library reads each value as its parameter's declared type
+    (:meth:`xprosql.engine.library.Library.from_text`), the same checks as Python's then apply."""
+    params: dict[str, str] = {}
     for pair in pairs:
         name, sep, value = pair.partition("=")
-        if not sep:
+        if not sep or not name:
             raise XprosqlError(f"--param wants NAME=VALUE, got {pair!r}")
-        sql_type = (declared or {}).get(name)
-        try:
-            if sql_type is None:
-                params[name] = _guess(value)
-            elif sql_type.endswith("[]"):
-                params[name] = [v for v in value.split(",") if v]
-            elif sql_type in ("BIGINT", "INTEGER"):
-                params[name] = None if value.upper() == "NULL" else int(value)
-            elif sql_type == "DOUBLE":
-                params[name] = None if value.upper() == "NULL" else float(value)
-            elif sql_type == "BOOLEAN":
-                params[name] = {"true": True, "false": False}[value.lower()]
-            else:
-                params[name] = value
-        except (ValueError, KeyError):
-            raise XprosqlError(f"--param {name}: {value!r} is not a {sql_type}") from None
+        params[name] = value
     return params
 
 
-def _guess(value: str) -> int | float | str:
-    for kind in (int, float):
-        try:
-            return kind(value)
-        except ValueError:
-            pass
-    return value
-
-
 def _cmd_sql(args: argparse.Namespace) -> int:
-    from xprosql._cli_output import frame_of, print_table, write
+    from xprosql.engine.library import library, parse_value, shown_columns
     from xprosql.run import load
 
     if args.format == "parquet" and not args.out and not args.show:
         raise XprosqlError("--format parquet needs --out FILE")
     if args.analysis:
-        from xprosql.engine.library import library
-
         if args.query:
             raise XprosqlError("give a SQL query or --analysis NAME, not both")
-        if args.show:  # the runnable SQL, includes expanded, to copy and adapt
-            print(library().text(library().module(args.analysis).id).rstrip())
-            return 0
         module_id = library().module(args.analysis).id
-        declared = {name: p.sql_type for name, p in library().parameters(module_id).items()}
-        result = load(args.dir).analysis(module_id, **_parse_params(args.param, declared))
+        params = library().from_text(module_id, _parse_params(args.param))
+        if args.show:  # the SQL as it runs, the values in place of $names: it runs as printed
+            print(library().shown(module_id, params).rstrip())
+            return 0
+        result = load(args.dir).analysis(module_id, **params)
+        # A terminal shows the columns its header names (-- Show:), and says how to see the rest.
+        shown, what = shown_columns(library().module(module_id)), module_id
     else:
         if args.show:
             raise XprosqlError("--show needs --analysis NAME")
         if not args.query:
             raise XprosqlError("give a SQL query, or --analysis NAME")
-        run = load(args.dir)
-        result = run.sql(args.query, _parse_params(args.param) or None)
+        # No declaration to read the values by: each is whichever of NULL, a number, a list or a string it reads as.
+        params = {name: parse_value(text) for name, text in _parse_params(args.param).items()}
+        result = load(args.dir).sql(args.query, params or None)
+        shown, what = (), "the result"
+    _print_result(result, args, shown=shown, what=what)
+    return 0
+
+
+def _print_result(result: Result, args: argparse.Namespace, *, shown: Sequence[str] = (),
+                  what: str = "the result") -> None:
+    """``result`` as ``--format`` says, to ``--out`` or stdout; a table shows ``--columns``, else ``shown``."""
+    from xprosql._cli_output import frame_of, print_table, write
+
     if args.format == "table":
-        print_table(result, max_rows=args.max_rows)
+        print_table(result, max_rows=args.max_rows, columns=getattr(args, "columns", None), shown=shown, what=what)
     elif args.format == "parquet":
         import pyarrow.parquet as pq
 
         pq.write_table(result.arrow(), args.out, compression="zstd")
     else:
         write(frame_of(result.arrow(), nested_as_json=args.format == "csv"), args.format, args.out)
+
+
+def _cmd_compare(args: argparse.Namespace) -> int:
+    from xprosql.engine.library import library, shown_columns
+    from xprosql.run import load
+
+    if args.format == "parquet" and not args.out:
+        raise XprosqlError("--format parquet needs --out FILE")
+    # Run.compare's cohorts (SQL expressions on profiles), so the command and Python mean the same by them.
+    result = load(args.dir).compare(baseline=args.baseline, candidate=args.candidate, by=args.by,
+                                    peak_flops_per_s=args.peak_flops, peak_hbm_bytes_per_s=args.peak_hbm_bandwidth)
+    module = library().module("fleet.compare_bottlenecks" if args.by == "bottleneck" else "fleet.compare")
+    _print_result(result, args, shown=shown_columns(module), what=module.id)
     return 0
 
 
 def _cmd_roofline(args: argparse.Namespace) -> int:
     import polars as pl
 
-    from xprosql._cli_output import frame_of, printable, write
-    from xprosql.queries.roofline import plot_roofline
+    from xprosql._cli_output import frame_of, print_frame, write
+    from xprosql.queries.roofline import plot_roofline, require_matplotlib
     from xprosql.run import load
 
+    as_page = bool(args.out) and Path(args.out).suffix.lower() in (".html", ".htm")
+    if args.out:  # the chart's library first: a missing one is said before any work, not after the table
+        if as_page:
+            from xprosql.report import plotly_js, roofline_page
+
+            plotly_js()
+        else:
+            require_matplotlib()
     peaks: dict[str, object] = {}
     if args.measure_cpu_peaks:
         from xprosql.models.hardware import measure_cpu_peaks
@@ -229,11 +239,14 @@ def _cmd_roofline(args: argparse.Namespace) -> int:
             (pl.col("hbm_bandwidth") / 1e9).alias("HBM GB/s"),
             pl.col("operational_intensity").alias("FLOP/B"), "ridge_point", "bound_by", "roofline_efficiency",
         )
-        with pl.Config(tbl_rows=args.max_rows, fmt_str_lengths=40, tbl_width_chars=220, tbl_hide_dataframe_shape=True,
-                       float_precision=4):
-            print(printable(shown))
+        print_frame(shown, max_rows=args.max_rows, float_precision=4, what="the roofline")
     if args.out:
-        path = plot_roofline(frame, args.out, profile_id=args.profile[0] if args.profile else None)
+        profile_id = args.profile[0] if args.profile else None
+        try:
+            path = (roofline_page(frame, args.out, profile_id=profile_id) if as_page
+                    else plot_roofline(frame, args.out, profile_id=profile_id))
+        except ValueError as exc:  # nothing to draw: said as the user error it is
+            raise XprosqlError(f"roofline --out: {exc}") from None
         print(f"wrote {path}", file=sys.stderr)
     return 0
 
@@ -273,33 +286,49 @@ def _cmd_tables(args: argparse.Namespace) -> int:
     return 0
 
 
+DEMO_INTO = "xprosql-demo"
+
+
 def _cmd_demo(args: argparse.Namespace) -> int:
+    import shlex
+
     from xprosql._cli_output import print_table
     from xprosql.engine import Result
     from xprosql.ingest import ingest
     from xprosql.run import load
+    from xprosql.warehouse import Warehouse
 
+    warehouse = Path(args.into)
+    # Kept, to try the next commands on; never into a directory of something else (a warehouse is fine: ingest is idempotent).
+    if warehouse.exists() and (not warehouse.is_dir() or (any(warehouse.iterdir()) and not Warehouse(warehouse).is_warehouse())):
+        raise XprosqlError(f"demo: {warehouse} exists and is not an xprosql warehouse: give another with --into DIR")
     sample = resources.files("xprosql") / "data" / DEMO_PROFILE
-    with tempfile.TemporaryDirectory(prefix="xprosql-demo-") as tmp, resources.as_file(sample) as sample_path:
-        warehouse = Path(tmp) / "run"
+    with resources.as_file(sample) as sample_path:
         report = ingest(sample_path, into=warehouse)
-        if not report.ok:
-            for path, reason in report.failed:
-                print(f"error: {path}: {one_line(reason)}", file=sys.stderr)
-            return 1
-        run = load(warehouse)
-        print(f"Ingested the bundled TPU v6e sample ({DEMO_PROFILE}) into {warehouse}\n")
-        print("Tables:", ", ".join(f"{t} {n}" for t, n in run.row_counts().items()), "\n")
-        print("Devices with peaks:")
-        print_table(run.sql(
-            "SELECT device_id, name, kind, model, peak_flops_per_s / 1e12 AS peak_tflops, "
-            "peak_hbm_bytes_per_s / 1e9 AS peak_hbm_gb_s FROM devices WHERE kind IN ('tpu', 'gpu') ORDER BY device_id"
-        ))
-        print("\nTop XLA ops by time on /device:TPU:0 (sql/ops/top_ops.sql):")
-        top = run.top_ops(top=8).relation.filter("device = '/device:TPU:0' AND track = 'XLA Ops'").project(
-            "device, track, op, category, occurrences, round(total_ps / 1e9, 3) AS total_ms, "
-            "round(100 * share_of_track, 1) AS pct")
-        print_table(Result(top))
+    if not report.ok:
+        for path, reason in report.failed:
+            print(f"error: {path}: {one_line(reason)}", file=sys.stderr)
+        return 1
+    run = load(warehouse)
+    done = "Ingested" if report.ingested else "Found"  # a second demo finds the sample already there
+    print(f"{done} the bundled TPU v6e sample ({DEMO_PROFILE}) in the warehouse {warehouse} (kept: delete it when done)\n")
+    print("Tables:", ", ".join(f"{t} {n}" for t, n in run.row_counts().items()), "\n")
+    print("Devices with peaks:")
+    print_table(run.sql(
+        "SELECT device_id, name, kind, model, peak_flops_per_s / 1e12 AS peak_tflops, "
+        "peak_hbm_bytes_per_s / 1e9 AS peak_hbm_gb_s FROM devices WHERE kind IN ('tpu', 'gpu') ORDER BY device_id"
+    ))
+    print("\nTop XLA ops by time on /device:TPU:0 (sql/ops/top_ops.sql):")
+    top = run.top_ops(top=8).relation.filter("device = '/device:TPU:0' AND track = 'XLA Ops'").project(
+        "device, track, op, category, occurrences, round(total_ps / 1e9, 3) AS total_ms, "
+        "round(100 * share_of_track, 1) AS pct")
+    print_table(Result(top))
+    where = shlex.quote(str(warehouse))
+    print("\nNext, on the same warehouse:")
+    print(f"  xprosql report {where} --out report.html     # one interactive page: bottleneck, steps, ops, roofline, memory")
+    print(f"  xprosql roofline {where}                     # every op against the TPU's roofs (--out chart.html draws it)")
+    print(f"  xprosql sql {where} \"SELECT name, count(*) AS n, sum(dur_ps) / 1e9 AS ms FROM events "
+          "GROUP BY 1 ORDER BY 3 DESC LIMIT 10\"")
     return 0
 
 
@@ -339,9 +368,11 @@ def _cmd_record(args: argparse.Namespace) -> int:
 
 
 def _cmd_report(args: argparse.Namespace) -> int:
-    from xprosql.report import build_report, terminal_summary
+    from xprosql.report import build_report, plotly_js, terminal_summary
     from xprosql.run import load
 
+    if args.out:
+        plotly_js()  # the charts' library first: without it, one line saying what to install and no page
     run = load(args.dir)
     profiles = args.profile or None
     if profiles:

@@ -7,7 +7,9 @@ Apart from :mod:`xprosql._cli_commands` because it loads Polars: the commands th
 from __future__ import annotations
 
 import json
+import shutil
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -17,12 +19,99 @@ import pyarrow as pa
 if TYPE_CHECKING:
     from xprosql.engine import Result
 
-__all__ = ["frame_of", "print_table", "printable", "write"]
+__all__ = ["choose_columns", "frame_of", "print_frame", "print_table", "printable", "write"]
 
 
-def print_table(result: Result, *, max_rows: int = 50) -> None:
-    with pl.Config(tbl_rows=max_rows, fmt_str_lengths=70, tbl_width_chars=200, tbl_hide_dataframe_shape=True):
-        print(printable(frame_of(result.arrow(), nested_as_json=False)))
+def print_table(result: Result, *, max_rows: int = 50, columns: str | None = None, shown: Sequence[str] = (),
+                what: str = "the result") -> None:
+    """``result`` as a terminal table: the ``columns`` asked for, else those ``shown`` names (an analysis's
+    ``-- Show:`` line) when it has more, else all; see :func:`print_frame`."""
+    frame = frame_of(result.arrow(), nested_as_json=False)
+    print_frame(frame, max_rows=max_rows, columns=choose_columns(frame.columns, columns, shown=shown), what=what)
+
+
+def choose_columns(available: Sequence[str], asked: str | None, *, shown: Sequence[str] = ()) -> list[str]:
+    """The columns to print: ``asked`` (``--columns a,b`` or ``all``), else the ``shown`` ones present, else all.
+
+    Raises XprosqlError for an asked column the result does not have, listing those it has."""
+    from xprosql.errors import XprosqlError
+
+    if asked is not None and asked.strip().lower() != "all":
+        names = [name.strip() for name in asked.split(",") if name.strip()]
+        unknown = [name for name in names if name not in available]
+        if unknown or not names:
+            raise XprosqlError(f"--columns: no column {', '.join(unknown) or repr(asked)}; "
+                               f"the result has: {', '.join(available)}")
+        return names
+    if asked is None:
+        chosen = [name for name in shown if name in available]
+        if chosen:
+            return chosen
+    return list(available)
+
+
+# A terminal narrower than this still gets tables this wide (wrapped by the terminal) rather than slivers.
+_MIN_WIDTH = 40
+
+
+def print_frame(frame: pl.DataFrame, *, max_rows: int = 50, columns: Sequence[str] | None = None,
+                what: str = "the result", float_precision: int | None = None, width: int | None = None) -> None:
+    """``frame``'s ``columns`` (default all) as tables that fit the terminal's ``width`` (default: ``COLUMNS``,
+    else the terminal's, else 120 characters): one table when they fit; else a one-row frame transposed
+    (a line per column), or the columns in parts, each a table led by a key column; then, on stderr, how
+    many columns were left out and how to see them."""
+    chosen = list(frame.columns if columns is None else columns)
+    width = max(width or shutil.get_terminal_size((120, 24)).columns, _MIN_WIDTH)
+    shown = printable(frame.select(chosen))
+    options = {"tbl_rows": max_rows, "fmt_str_lengths": 70, "tbl_hide_dataframe_shape": True, "tbl_cols": -1,
+               "float_precision": float_precision}
+    with pl.Config(**options, tbl_width_chars=width):  # type: ignore[arg-type]
+        if _width(shown) <= width or shown.width <= 1:
+            print(shown)
+        elif shown.height == 1:
+            print(_transposed(shown))
+        else:
+            print("\n\n".join(str(part) for part in _parts(shown, width)))
+    hidden = frame.width - len(chosen)
+    if hidden > 0:
+        sys.stdout.flush()  # the table first, then the note, where both go to one terminal
+        print(f"xprosql: {len(chosen)} of {frame.width} columns of {what} shown; every column: --columns all "
+              f"(or --format csv), some: --columns {','.join(chosen[:2])},...", file=sys.stderr)
+
+
+def _width(frame: pl.DataFrame) -> int:
+    """The characters of the widest line of ``frame``'s table as it prints unconstrained."""
+    with pl.Config(tbl_width_chars=65_000):  # polars takes a u16
+        return max(len(line) for line in str(frame).splitlines())
+
+
+def _transposed(frame: pl.DataFrame) -> pl.DataFrame:
+    """A one-row frame as a table of (column, value) rows, the values as they print."""
+    values = [None if value is None else _text(value) for value in frame.row(0)]
+    return pl.DataFrame({"column": frame.columns, "value": values}, schema={"column": pl.String, "value": pl.String})
+
+
+def _text(value: Any) -> str:
+    """A value as one line of text: lists and structs as JSON, anything else as Python prints it."""
+    if isinstance(value, (list, dict)):
+        return json.dumps(value, default=_json_default, ensure_ascii=False)
+    return str(value)
+
+
+def _parts(frame: pl.DataFrame, width: int) -> list[pl.DataFrame]:
+    """``frame``'s columns split into frames that each fit ``width``, each led by the key: its first ``*_id``
+    column (``profile_id``, ``job_id``), else its first column."""
+    key = next((name for name in frame.columns if name.endswith("_id")), frame.columns[0])
+    rest = [name for name in frame.columns if name != key]
+    parts: list[list[str]] = []
+    current: list[str] = []
+    for name in rest:
+        if current and _width(frame.select(key, *current, name)) > width:
+            parts.append(current)
+            current = []
+        current.append(name)
+    parts.append(current)
+    return [frame.select(key, *names) for names in parts]
 
 
 # Control characters as Unicode's pictures of them (ESC as ␛): names from a profile cannot drive the terminal.

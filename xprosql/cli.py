@@ -7,6 +7,7 @@ Example:
     $ xprosql upgrade old_run/
     $ xprosql sql run/ "SELECT name, sum(dur_ps) FROM events GROUP BY 1 ORDER BY 2 DESC LIMIT 10"
     $ xprosql tables run/
+    $ xprosql compare run/ --baseline "tags['commit'] = 'a1'" --candidate "tags['commit'] = 'b2'"
     $ xprosql demo
     $ xprosql report run/ --out report.html
 """
@@ -38,8 +39,13 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"xprosql {__version__}")
     commands = parser.add_subparsers(dest="command", required=True)
 
-    p = commands.add_parser("ingest", help="ingest profile files or directories into a warehouse")
-    p.add_argument("sources", nargs="+", help="*.xplane.pb files or directories to search")
+    p = commands.add_parser(
+        "ingest", help="ingest profile files or directories into a warehouse",
+        description="Ingest profiles into a warehouse: XProf XSpace files (*.xplane.pb: JAX, TensorFlow, PyTorch/XLA), "
+                    "PyTorch profiler (Kineto) traces (*.json, *.json.gz) and xprosql's CUPTI recordings "
+                    "(*.cupti.json.gz, from xprosql record). A directory is searched for all of them.")
+    p.add_argument("sources", nargs="+", metavar="SOURCE",
+                   help="a profile file (*.xplane.pb, *.json, *.json.gz, *.cupti.json.gz) or a directory to search")
     p.add_argument("--into", required=True, help="warehouse directory (created if missing)")
     p.add_argument("--jobs", "-j", type=int, default=1, metavar="N", help="decode N files at once, in N processes")
     p.add_argument("--tag", action="append", default=[], metavar="KEY=VALUE",
@@ -70,16 +76,44 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("dir", help="warehouse directory")
     p.add_argument("query", nargs="?", help="SQL text; every table is a view")
     p.add_argument("--analysis", metavar="NAME", help="run an analysis of the SQL library instead (e.g. roofline; see: xprosql analyses)")
-    p.add_argument("--show", action="store_true", help="with --analysis: print its SQL instead of running it")
+    p.add_argument("--show", action="store_true",
+                   help="with --analysis: print its SQL instead of running it, the --param values (else the defaults) "
+                        "written in: it runs as printed")
     p.add_argument("--format", choices=["table", "csv", "json", "parquet"], default="table")
     p.add_argument("--out", help="write the result to this file")
-    p.add_argument("--param", action="append", default=[], metavar="NAME=VALUE", help="bind $NAME in the query")
+    p.add_argument("--param", action="append", default=[], metavar="NAME=VALUE",
+                   help="bind $NAME (repeatable); NULL unquoted is NULL, a list is a,b or ['a', 'b']; an analysis "
+                        "checks each against its declaration (xprosql analyses NAME)")
     p.add_argument("--max-rows", type=int, default=50, help="rows shown by --format table")
+    p.add_argument("--columns", metavar="A,B|all",
+                   help="columns of --format table (default: an analysis's main ones, -- Show: in its header; all: "
+                        "every column); tables wider than the terminal (COLUMNS) are split into parts")
     p.set_defaults(subcommand="sql")
+
+    p = commands.add_parser(
+        "compare", help="two cohorts of profiles side by side (sql/fleet/compare.sql): the largest change in time first",
+        description="Two cohorts of profiles side by side, each chosen by a SQL expression on the profiles table, as "
+                    "Run.compare takes them: e.g. --baseline \"tags['commit'] = 'a1'\" --candidate \"tags['commit'] = "
+                    "'b2'\"; given profiles: --baseline \"profile_id IN ('3fa2...', '77c0...')\". (sql --analysis compare "
+                    "runs the SQL module itself, whose baseline and candidate are lists of profile ids.)")
+    p.add_argument("dir", help="warehouse directory")
+    p.add_argument("--baseline", required=True, metavar="SQL", help="the baseline cohort: a SQL expression on profiles")
+    p.add_argument("--candidate", required=True, metavar="SQL", help="the candidate cohort: a SQL expression on profiles")
+    p.add_argument("--by", choices=["op", "category", "module", "bottleneck"], default="op",
+                   help="a row per op, HLO category or module (roofline time), or bottleneck category (step time)")
+    p.add_argument("--peak-flops", type=float, metavar="FLOP/S", help="peak FLOP/s for every device (as roofline's)")
+    p.add_argument("--peak-hbm-bandwidth", type=float, metavar="BYTES/S", help="peak HBM bandwidth for every device")
+    p.add_argument("--format", choices=["table", "csv", "json", "parquet"], default="table")
+    p.add_argument("--out", help="write the result to this file")
+    p.add_argument("--max-rows", type=int, default=50, help="rows shown by --format table")
+    p.add_argument("--columns", metavar="A,B|all",
+                   help="columns of --format table (default: an analysis's main ones, -- Show: in its header; all: "
+                        "every column); tables wider than the terminal (COLUMNS) are split into parts")
+    p.set_defaults(subcommand="compare")
 
     p = commands.add_parser("roofline", help="roofline of every op (sql/ops/roofline.sql); --out draws the chart")
     p.add_argument("dir", help="warehouse directory")
-    p.add_argument("--out", help="write a log-log roofline chart here (.png, .svg or .pdf; needs xprosql[plot])")
+    p.add_argument("--out", help="write a log-log roofline chart here: .html (interactive, plotly) or .png, .svg, .pdf (matplotlib: xprosql[plot])")
     p.add_argument("--profile", action="append", default=[], metavar="ID", help="only this profile (repeatable); the chart draws the first")
     p.add_argument("--top", type=int, help="op rows kept per profile and device kind, by self time")
     p.add_argument("--peak-flops", type=float, metavar="FLOP/S", help="peak FLOP/s for every device (wins over the profile; the CPU roof)")
@@ -104,7 +138,7 @@ def _parser() -> argparse.ArgumentParser:
 
     p = commands.add_parser("report", help="per profile: bottleneck, step breakdown, top ops, async summary, roofline")
     p.add_argument("dir", help="warehouse directory")
-    p.add_argument("--out", help="write an interactive HTML report here (charts need plotly: xprosql[plot]); without it, a terminal summary")
+    p.add_argument("--out", help="write an interactive HTML report here (works offline); without it, a terminal summary")
     p.add_argument("--profile", action="append", default=[], metavar="ID", help="only this profile (repeatable)")
     p.add_argument("--top", type=int, default=10, help="top ops listed per profile")
     p.add_argument("--sections", type=int, default=12, help="at most this many profile sections (the worst); every profile stays in the summary")
@@ -127,7 +161,10 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--job-clock", action="store_true", help="a job's ranks side by side on the job's clock (sql/jobs/clock_offsets.sql)")
     p.set_defaults(subcommand="export")
 
-    p = commands.add_parser("demo", help="ingest the bundled TPU sample into a temporary warehouse and summarise it")
+    p = commands.add_parser("demo", help="ingest the bundled TPU sample into a warehouse (kept: ./xprosql-demo), summarise it "
+                                         "and print the commands to try next on it")
+    p.add_argument("--into", default="xprosql-demo", metavar="DIR",
+                   help="the warehouse to create or reuse (default: xprosql-demo in the current directory)")
     p.set_defaults(subcommand="demo")
     return parser
 

@@ -1,9 +1,10 @@
 """Reports people can look at: one interactive, self-contained HTML page, or a terminal summary.
 
-The page works offline: Plotly's script is embedded once (from the ``plotly`` package, the ``plot``
-extra; Plotly because its one file brings hover tooltips, zoom and pan to every chart with no other
-asset, which Vega-Lite needs three scripts and a compiler for), tables sort by a click on their
-header, and every number carries its unit (ms, GB, GB/s, TFLOP/s).
+The page works offline: Plotly's script is embedded once (from the ``plotly`` package, a dependency of
+the plain install: Plotly because its one file brings hover tooltips, zoom and pan to every chart with
+no other asset, which Vega-Lite needs three scripts and a compiler for), tables sort by a click on their
+header, and every number carries its unit (ms, GB, GB/s, TFLOP/s), axes included: an axis is in the
+unit its values fit (``_time_axis``), or its ticks are labelled in human units (``_log_axis``).
 
 Layout: the summary first (for several profiles: the worst by idle share and by step time, and the
 jobs of a ``job`` tag, with links), a table of contents, then one section per profile, named by file
@@ -50,6 +51,8 @@ __all__ = [
     "ProfileReport",
     "Report",
     "build_report",
+    "plotly_js",
+    "roofline_page",
     "terminal_summary",
 ]
 
@@ -134,6 +137,46 @@ def _flops(flop_per_s: float | None) -> str:
     return _scaled(flop_per_s, "FLOP/s", _SI)
 
 
+def _plain(value: float) -> str:
+    """A number as people write it on an axis: 0.01, 5, 1,000 (never Plotly's SI suffixes 10k or 100µ)."""
+    return format(value, ",.6g")
+
+
+_TIME_UNITS = (("s", 1e12), ("ms", 1e9), ("us", 1e6), ("ns", 1e3))
+# Plotly's default tick labels are SI-suffixed (43.4595k, 100µ): axes say their unit in the title instead.
+_NO_SI: dict[str, Any] = {"exponentformat": "none", "separatethousands": True}
+
+
+def _time_unit(highest_ps: float) -> tuple[str, float]:
+    """The unit in which the largest of some picosecond values reads between 1 and 1000: (name, ps per unit)."""
+    return next(((u, f) for u, f in _TIME_UNITS if abs(highest_ps) >= f), ("ns", 1e3))
+
+
+def _time_axis(highest_ps: float, title: str, **extra: Any) -> tuple[float, dict[str, Any]]:
+    """A linear time axis from 0 in the unit its largest value fits (``title`` gets the unit): the scale (ps per
+    unit) to divide values by and the axis. From 0 so that equal steps do not give a flat axis of 43.4595k."""
+    unit, scale = _time_unit(highest_ps)
+    top = (highest_ps / scale) or 1.0
+    axis = {"title": {"text": f"{title} ({unit})"}, "range": [0, top], "rangemode": "tozero", **_NO_SI, **extra}
+    return scale, axis
+
+
+
+def _log_axis(values: Sequence[float], label: Callable[[float], str], **extra: Any) -> dict[str, Any]:
+    """A log axis over ``values`` (> 0) whose ticks are decades (with 2 and 5 when it spans under two decades)
+    labelled by ``label`` in human units: 10 ms, 1 s; 100 MFLOP/s, 1 TFLOP/s."""
+    positive = [v for v in values if v and v > 0]
+    if not positive:
+        return {"type": "log", **_NO_SI, **extra}
+    low, high = math.log10(min(positive)), math.log10(max(positive))
+    pad = max(0.15, 0.05 * (high - low))
+    first, last = math.floor(low - pad), math.ceil(high + pad)
+    steps = (1, 2, 5) if last - first <= 2 else (1,)
+    ticks = [m * 10.0**k for k in range(first, last + 1) for m in steps if low - pad <= math.log10(m * 10.0**k) <= high + pad]
+    return {"type": "log", "range": [low - pad, high + pad], "tickvals": ticks, "ticktext": [label(t) for t in ticks],
+            **_NO_SI, **extra}
+
+
 def _pct(share: float | None) -> str:
     return _DASH if share is None else f"{100 * share:.1f}%"
 
@@ -186,12 +229,13 @@ class Report:
 
     def html(self) -> str:
         """The report as one self-contained HTML page (Plotly's script inline, no network)."""
+        script = plotly_js()  # first: without plotly, nothing is built and no page of blank charts is written
         figures: list[tuple[str, dict[str, Any]]] = []
         body = [f"<h1>{html.escape(self.title)}</h1>", self._summary_html(figures), self._toc_html()]
         body += [_profile_html(p, figures) for p in self.profiles]
         data = "".join(f"<script type='application/json' id='{fid}-data'>{_json(fig)}</script>" for fid, fig in figures)
         return (_HEAD.format(title=html.escape(self.title)) + "\n".join(body) + data
-                + f"<script>{_plotly_js()}</script><script>{_PAGE_JS}</script></body></html>")
+                + f"<script>{script}</script><script>{_PAGE_JS}</script></body></html>")
 
     def write(self, path: str | os.PathLike[str]) -> Path:
         """Write :meth:`html` to ``path``; returns the path."""
@@ -223,8 +267,9 @@ class Report:
         columns: list[tuple[str, str, Callable[[Any], str] | None]] = [
             ("profile", "name", None), ("host", "host", _text), ("job", "job", _text), ("device", "device_kind", _text),
             ("steps", "steps", _count), ("median step", "step_time_ps", _seconds), ("longest step", "max_step_time_ps", _seconds),
-            ("busy", "busy_fraction", _pct), ("idle", "idle_share", _pct), ("memory-bound", "memory_bound_share", _pct),
-            ("FLOP util.", "flop_utilization", _pct), ("HBM util.", "hbm_utilization", _pct),
+            ("busy / step", "busy_fraction", _pct), ("idle / step", "idle_share", _pct),
+            ("memory-bound / step", "memory_bound_share", _pct),
+            ("FLOP util. / step", "step_flop_utilization", _pct), ("HBM util. / step", "step_hbm_utilization", _pct),
             ("primary bottleneck", "primary_bottleneck", _text),
         ]
         worst_idle = fleet.filter(pl.col("idle_share").is_not_null()).sort("idle_share", descending=True).head(10)
@@ -247,7 +292,7 @@ class Report:
             if not points.is_empty():
                 figures.append(("fig-fleet", _fleet_figure(points)))
                 out.append("<h3>Every profile: median step time against idle share</h3>"
-                           "<div class='chart' id='fig-fleet'></div>")
+                           + _chart_div("fig-fleet", figures[-1][1], "fleet"))
         out.append("<h3>Every profile</h3>" + _table(fleet, columns, link))
         return "\n".join([*out, "</section>"])
 
@@ -256,11 +301,14 @@ def _json(figure: dict[str, Any]) -> str:
     return json.dumps(figure, separators=(",", ":"), default=str).replace("</", "<\\/")
 
 
-def _plotly_js() -> str:
+def plotly_js() -> str:
+    """Plotly's script, to embed: from the ``plotly`` package, a dependency of xprosql. Raises ImportError with
+    one line saying what to install where it is missing, so that no page is written with blank charts."""
     try:
         from plotly.offline import get_plotlyjs
-    except ImportError:
-        return "window.Plotly = undefined;"
+    except ImportError as exc:
+        raise ImportError("the HTML report draws its charts with plotly, which is not installed: pip install 'plotly>=5.20' "
+                          "(a dependency of xprosql: pip install xprosql brings it)") from exc
     return str(get_plotlyjs())
 
 
@@ -277,7 +325,7 @@ td, th {{ border: 1px solid #ddd; padding: 3px 6px; text-align: right; }}
 td:first-child, th:first-child {{ text-align: left; }}
 table.sortable th {{ cursor: pointer; background: #f6f6f6; user-select: none; }}
 table.sortable th[data-dir=asc]::after {{ content: " \\25B2"; }} table.sortable th[data-dir=desc]::after {{ content: " \\25BC"; }}
-.chart {{ width: 100%; min-height: 320px; margin: 6px 0 14px; }}
+.chart {{ width: 100%; margin: 6px 0 14px; }}
 .swatch {{ display: inline-block; width: 10px; height: 10px; margin-right: 4px; }}
 nav#toc ol {{ columns: 2; font-size: 13px; }}
 </style></head><body>
@@ -331,35 +379,59 @@ def _table(frame: pl.DataFrame, columns: Sequence[tuple[str, str, Callable[[Any]
 
 def _layout(title: str, **extra: Any) -> dict[str, Any]:
     layout = {"title": {"text": title, "font": {"size": 13}}, "margin": {"l": 60, "r": 20, "t": 40, "b": 50},
-              "height": 340, "hovermode": "closest", "legend": {"font": {"size": 10}}, "font": {"size": 11}}
-    layout.update(extra)
+              "height": 340, "hovermode": "closest", "legend": {"font": {"size": 10}}, "font": {"size": 11},
+              "xaxis": dict(_NO_SI), "yaxis": dict(_NO_SI)}
+    for key, value in extra.items():  # an axis given keeps the no-SI tick format unless it says otherwise
+        layout[key] = {**_NO_SI, **value} if key.startswith(("xaxis", "yaxis")) and isinstance(value, dict) else value
     return layout
 
 
+def _short(name: Any, width: int = 28) -> str:
+    """A point's label on a chart: the name cut to ``width`` characters (the tooltip has it whole)."""
+    text = str(name or "")
+    return text if len(text) <= width else text[: width - 1] + "…"
+
+
 def _fleet_figure(points: pl.DataFrame) -> dict[str, Any]:
+    """One labelled point per profile and device kind: median step time (log axis in human times) against idle share."""
+    labelled = points.height <= _LABELLED_POINTS  # beyond that the names would cover the points: tooltips only
     data = []
     for kind in points["device_kind"].unique(maintain_order=True).to_list():
-        rows = points.filter(pl.col("device_kind") == kind)
-        data.append({"type": "scattergl" if rows.height > 2000 else "scatter", "mode": "markers", "name": str(kind),
-                     "x": [v / 1e9 for v in rows["step_time_ps"].to_list()], "y": [100 * v for v in rows["idle_share"].to_list()],
-                     "text": rows["name"].to_list(), "marker": {"size": 10},
+        rows = points.filter(pl.col("device_kind") == kind).sort("step_time_ps")
+        # neighbours along the axis take turns above and below their point: two close points' names do not collide
+        positions = ["top center" if i % 2 == 0 else "bottom center" for i in range(rows.height)]
+        data.append({"type": "scattergl" if rows.height > 2000 else "scatter", "mode": "markers+text" if labelled else "markers",
+                     "name": str(kind), "x": rows["step_time_ps"].to_list(), "y": [100 * v for v in rows["idle_share"].to_list()],
+                     "text": [_short(n) for n in rows["name"].to_list()] if labelled else rows["name"].to_list(),
+                     "hovertext": rows["name"].to_list(), "textposition": positions, "textfont": {"size": 9},
+                     "cliponaxis": False, "marker": {"size": 10},
                      "customdata": [_seconds(v) for v in rows["step_time_ps"].to_list()],
-                     "hovertemplate": "%{text}<br>median step %{customdata}<br>idle %{y:.1f}%<extra>" + str(kind) + "</extra>"})
+                     "hovertemplate": "%{hovertext}<br>median step %{customdata}<br>idle %{y:.1f}%<extra>" + str(kind) + "</extra>"})
     return {"data": data, "layout": _layout("median step time against idle share, one point per profile and device kind",
-                                            xaxis={"title": {"text": "median step time (ms)"}, "type": "log"},
-                                            yaxis={"title": {"text": "idle share (%)"}})}
+                                            xaxis=_log_axis(points["step_time_ps"].to_list(), _seconds,
+                                                            title={"text": "median step time"}),
+                                            yaxis={"title": {"text": "idle share (%)"}, "range": [-8, 108]})}
 
 
 def _step_figure(steps: pl.DataFrame, max_steps: int) -> dict[str, Any]:
     """Each step's time on a log axis (top) over its categories as shares (bottom): a 2 s step beside 20 ms
-    ones stays readable; the tooltips give each category's time."""
+    ones stays readable; the tooltips give each category's time. Steps of about one length (or one step) get
+    a linear axis from 0 in the unit they fit, never a flat axis zoomed into their differences."""
     rows = steps.sort("device_id", "step_index").head(max_steps)
     labels = [f"{(d or '').replace('/device:', '')} step {s if s is not None else i}"
               for d, s, i in zip(rows["device"].to_list(), rows["step"].to_list(), rows["step_index"].to_list())]
-    step_ms = [(v or 0) / 1e9 for v in rows["step_ps"].to_list()]
+    step_ps = [float(v or 0) for v in rows["step_ps"].to_list()]
     times = [_seconds(v) for v in rows["step_ps"].to_list()]
+    spread = max(step_ps) / max(min(v for v in step_ps if v > 0), 1e-9) if any(step_ps) else 1
+    if spread > 20:
+        scale, axis = 1.0, _log_axis(step_ps, _seconds, title={"text": "step time"})
+    else:
+        scale, axis = _time_axis(max(step_ps), "step")
+        axis["range"] = [0, 1.35 * axis["range"][1]]  # room above the points for their labels
+    axis["domain"] = [0.72, 1]
+    step_values = [v / scale for v in step_ps]
     # step times as points with their value written by them: on a log axis bars would start at an arbitrary floor
-    data: list[dict[str, Any]] = [{"type": "scatter", "mode": "markers+text", "x": labels, "y": step_ms, "name": "step time",
+    data: list[dict[str, Any]] = [{"type": "scatter", "mode": "markers+text", "x": labels, "y": step_values, "name": "step time",
                                    "marker": {"color": "#444", "size": 10}, "text": times, "textposition": "top center",
                                    "yaxis": "y2", "customdata": times, "cliponaxis": False,
                                    "hovertemplate": "%{x}<br>step time %{customdata}<extra></extra>", "showlegend": False}]
@@ -371,84 +443,147 @@ def _step_figure(steps: pl.DataFrame, max_steps: int) -> dict[str, Any]:
         data.append({"type": "bar", "x": labels, "y": shares, "name": _LABELS[category],
                      "marker": {"color": CATEGORY_COLORS[category]}, "customdata": [_seconds(p) for p in ps],
                      "hovertemplate": "%{x}<br>" + _LABELS[category] + ": %{customdata} (%{y:.1f}%)<extra></extra>"})
-    spread = max(step_ms) / max(min(v for v in step_ms if v > 0), 1e-9) if any(step_ms) else 1
-    layout = _layout("Step breakdown: step time (top) and where it goes (bottom)", barmode="stack", height=460,
+    layout = _layout("Step breakdown: step time (top) and where it goes (bottom)", barmode="stack",
+                     height=300 + (60 if len(labels) > 1 else 0),
+                     margin={"l": 70, "r": 20, "t": 40, "b": 10},
                      yaxis={"domain": [0, 0.62], "title": {"text": "share of step (%)"}, "range": [0, 100]},
-                     yaxis2={"domain": [0.7, 1], "title": {"text": "step (ms)"}, "type": "log" if spread > 20 else "linear"},
-                     xaxis={"tickangle": -45, "automargin": True})
+                     yaxis2=axis, xaxis={"tickangle": -45 if len(labels) > 4 else 0, "automargin": True})
     return {"data": data, "layout": layout}
+
+
+_TIMELINE_ROW_PX, _TIMELINE_AXIS_PX = 26, 44  # a line of events; a panel's time axis with its ticks and title
 
 
 def _timeline_figure(events: pl.DataFrame, windows: dict[int, tuple[str, int, int, Any]]) -> dict[str, Any]:
-    """The busiest step of each device: its longest events as bars on their lines, in ms from the step's start,
-    one panel per device with its own time axis (a 2 s step and a 20 ms one each fill their panel)."""
+    """The busiest step of each device: its longest events as bars on their lines, from the step's start in the
+    unit the step fits, one panel per device with its own time axis (a 2 s step and a 20 ms one each fill their
+    panel). Heights are in pixels: a line of events, then the panel's axis, and nothing blank below."""
     panels = [(d, w, events.filter(pl.col("device_id") == d)) for d, w in windows.items()]
     panels = [(d, w, rows) for d, w, rows in panels if not rows.is_empty()]
     lines = [rows["track"].n_unique() for _, _, rows in panels]
-    total, gap = sum(lines), 0.12
+    plot_px = sum(_TIMELINE_ROW_PX * n for n in lines) + _TIMELINE_AXIS_PX * (len(panels) - 1)
     data: list[dict[str, Any]] = []
     layout = _layout("Busiest step per device: its longest events (drag to zoom, double-click to reset)", barmode="overlay",
-                     height=80 + 26 * total + 70 * len(panels))
-    top = 1.0
+                     height=plot_px + 40 + _TIMELINE_AXIS_PX, margin={"l": 60, "r": 20, "t": 40, "b": _TIMELINE_AXIS_PX})
+    top = float(plot_px)
     for k, ((_, (device, start, end, step), rows), count) in enumerate(zip(panels, lines)):
-        span = (1 - gap * (len(panels) - 1)) * count / total
+        span = _TIMELINE_ROW_PX * count
         axis = "" if k == 0 else str(k + 1)
         short = (device or "").replace("/device:", "")
+        scale, xaxis = _time_axis(end - start, f"from the start of {short}'s step {step}", anchor=f"y{axis}")
+        xaxis["title"] = {**xaxis["title"], "font": {"size": 10}, "standoff": 2}
         data.append({"type": "bar", "orientation": "h", "name": f"{short} step {step} ({_seconds(end - start)})",
                      "xaxis": f"x{axis}", "yaxis": f"y{axis}", "y": rows["track"].to_list(),
-                     "base": [(v - start) / 1e9 for v in rows["start_ps"].to_list()],
-                     "x": [max(d, 1) / 1e9 for d in rows["dur_ps"].to_list()], "text": rows["name"].to_list(),
+                     "base": [(v - start) / scale for v in rows["start_ps"].to_list()],
+                     "x": [max(d, 1) / scale for d in rows["dur_ps"].to_list()], "text": rows["name"].to_list(),
                      "textposition": "none",
                      "customdata": [[_seconds(v - start), _seconds(d)] for v, d in zip(rows["start_ps"].to_list(), rows["dur_ps"].to_list())],
                      "hovertemplate": f"%{{text}}<br>{short} %{{y}}<br>at %{{customdata[0]}} for %{{customdata[1]}}<extra></extra>"})
-        layout[f"yaxis{axis}"] = {"domain": [max(0.0, top - span), top], "anchor": f"x{axis}", "automargin": True,
-                                  "autorange": "reversed", "title": {"text": short, "font": {"size": 10}}}
-        layout[f"xaxis{axis}"] = {"anchor": f"y{axis}", "range": [0, (end - start) / 1e9],
-                                  "title": {"text": f"ms from the start of {short}'s step {step}", "font": {"size": 10}}}
-        top -= span + gap
+        layout[f"yaxis{axis}"] = {**_NO_SI, "domain": [max(0.0, (top - span) / plot_px), top / plot_px], "anchor": f"x{axis}",
+                                  "automargin": True, "autorange": "reversed", "title": {"text": short, "font": {"size": 10}}}
+        layout[f"xaxis{axis}"] = xaxis
+        top -= span + _TIMELINE_AXIS_PX
     return {"data": data, "layout": layout}
 
 
+_LABELLED_POINTS = 25  # a scatter with more points than this is labelled by its tooltips alone
+_ROOFLINE_LABELS = 6  # the ops with the most self time are named on the roofline
+
+
+def _spread_out(points: Sequence[tuple[Any, float, float]], most: int) -> set[Any]:
+    """Up to ``most`` keys of (key, x, y) points, in the order given, skipping a point within a fifth of a decade of
+    one already chosen (both axes log): labels that do not print over each other."""
+    chosen: list[tuple[float, float]] = []
+    keys: set[Any] = set()
+    for key, x, y in points:
+        if len(keys) == most:
+            break
+        here = (math.log10(x), math.log10(y))
+        if all(abs(here[0] - a) > 0.2 or abs(here[1] - b) > 0.2 for a, b in chosen):
+            chosen.append(here)
+            keys.add(key)
+    return keys
+
+
 def _roofline_figure(ops: pl.DataFrame) -> dict[str, Any]:
+    """Each op with FLOPs at (operational intensity, FLOP rate), sized by self time, the ones with the most self time
+    named beside their point, under the roofs of the device kinds; FLOP rates on the axis in human units."""
+    ops = ops.with_row_index("_row")
+    named = _spread_out(ops.sort("self_time_ps", descending=True, nulls_last=True)
+                        .select("_row", "operational_intensity", "flop_rate").rows(), _ROOFLINE_LABELS)
     data: list[dict[str, Any]] = []
     for bound, colour in (("compute", "#d62728"), ("HBM", "#1f77b4")):
         rows = ops.filter(pl.col("bound_by") == bound) if bound == "compute" else ops.filter(pl.col("bound_by") != "compute")
         if rows.is_empty():
             continue
-        data.append({"type": "scatter", "mode": "markers", "name": f"{bound}-bound ops" if bound == "compute" else "memory-bound ops",
-                     "x": rows["operational_intensity"].to_list(), "y": [v / 1e12 for v in rows["flop_rate"].to_list()],
-                     "text": [str(o)[:80] for o in rows["op"].to_list()], "customdata": [_seconds(v) for v in rows["self_time_ps"].to_list()],
+        names = rows["op"].to_list()
+        data.append({"type": "scatter", "mode": "markers+text", "name": f"{bound}-bound ops" if bound == "compute" else "memory-bound ops",
+                     "x": rows["operational_intensity"].to_list(), "y": rows["flop_rate"].to_list(),
+                     "text": [_short(o) if i in named else "" for i, o in zip(rows["_row"].to_list(), names)],
+                     "textposition": "middle right",
+                     "textfont": {"size": 9}, "cliponaxis": False, "hovertext": [str(o)[:120] for o in names],
+                     "customdata": [[_seconds(t), _flops(r)] for t, r in zip(rows["self_time_ps"].to_list(), rows["flop_rate"].to_list())],
                      "marker": {"color": colour, "size": [max(10.0, min(24.0, 8 + 30 * (s or 0))) for s in rows["self_time_share"].to_list()]},
-                     "hovertemplate": "%{text}<br>%{x:.3g} FLOP/byte, %{y:.4g} TFLOP/s<br>self time %{customdata}<extra></extra>"})
+                     "hovertemplate": "%{hovertext}<br>%{x:.3g} FLOP/byte, %{customdata[1]}<br>self time %{customdata[0]}<extra></extra>"})
     roofs = ops.select("device_kind", "peak_flops_per_s", "peak_hbm_bytes_per_s").drop_nulls().unique()
     xs = [v for v in ops["operational_intensity"].to_list() if v and v > 0]
     low, high = (min(xs) / 10, max(xs) * 10) if xs else (0.01, 1000)
-    for kind, peak, bandwidth in roofs.iter_rows():
+    ys = [v for v in ops["flop_rate"].to_list() if v and v > 0]
+    for kind, peak, bandwidth in roofs.sort("peak_flops_per_s", descending=True).iter_rows():
         ridge = peak / bandwidth
         x = [min(low, ridge / 10), ridge, max(high, ridge * 10)]
+        low, high = x[0], x[-1]
+        y = [min(peak, bandwidth * v) for v in x]
+        ys += y
         data.append({"type": "scatter", "mode": "lines", "name": f"{kind} roof: {_flops(peak)}, {_rate(bandwidth)}",
-                     "x": x, "y": [min(peak, bandwidth * v) / 1e12 for v in x], "line": {"color": "#333", "dash": "dot"},
-                     "hoverinfo": "name"})
+                     "x": x, "y": y, "line": {"color": "#333", "dash": "dot"}, "hoverinfo": "name"})
     return {"data": data, "layout": _layout(f"Roofline: the FLOP rate of each of the {ops.height} ops with FLOPs against its operational intensity",
-                                            xaxis={"type": "log", "title": {"text": "operational intensity (FLOP/byte)"}},
-                                            yaxis={"type": "log", "title": {"text": "TFLOP/s"}})}
+                                            height=400,
+                                            xaxis=_log_axis([low, high], _plain, title={"text": "operational intensity (FLOP/byte)"}),
+                                            yaxis=_log_axis(ys, _flops, title={"text": "FLOP rate"}, automargin=True))}
 
 
 def _async_figure(rows: pl.DataFrame) -> dict[str, Any]:
     names = [k if d is None or d == k.removeprefix("memcpy_") or d == k else f"{k} ({d})"
              for k, d in zip(rows["kind"].to_list(), rows["direction"].to_list())]
-    data = [{"type": "bar", "orientation": "h", "y": names, "x": [(v or 0) / 1e9 for v in rows[column].to_list()],
-             "name": label, "marker": {"color": colour}, "hovertemplate": "%{y}: %{x:.4g} ms " + label + "<extra></extra>"}
+    widest = max((e or 0) + (c or 0) for e, c in zip(rows["exposed_ps"].to_list(), rows["covered_ps"].to_list()))
+    scale, xaxis = _time_axis(widest, "window time, summed over ops")
+    del xaxis["range"]  # stacked bars: Plotly fits them
+    data = [{"type": "bar", "orientation": "h", "y": names, "x": [(v or 0) / scale for v in rows[column].to_list()],
+             "name": label, "marker": {"color": colour}, "customdata": [_seconds(v) for v in rows[column].to_list()],
+             "hovertemplate": "%{y}: %{customdata} " + label + "<extra></extra>"}
             for column, label, colour in (("exposed_ps", "exposed", CATEGORY_COLORS["exposed_host_offload"]),
                                           ("covered_ps", "hidden by other ops", CATEGORY_COLORS["compute_bound"]))]
     return {"data": data, "layout": _layout("Async operations: exposed against hidden window time (summed over ops)",
-                                            barmode="stack", height=max(220, 120 + 30 * rows.height),
-                                            xaxis={"title": {"text": "ms"}}, yaxis={"automargin": True})}
+                                            barmode="stack", height=max(200, 110 + 30 * rows.height),
+                                            xaxis=xaxis, yaxis={"automargin": True})}
+
+
+def _peak_labels(peaks: pl.DataFrame, highest: float) -> list[str]:
+    """Each peak's label, ``allocator: 2.1 GB``; peaks of about one height (allocators of one program) share one
+    label on the first of them, ``3 allocators: 10.74 GB``, rather than printing over each other."""
+    rows = list(zip(peaks["allocator"].to_list(), peaks["peak_ps"].to_list(), peaks["peak_in_use_bytes"].to_list()))
+    groups: list[list[int]] = []
+    for i, (_, _, held) in enumerate(rows):
+        # about one height: their labels would share a line, where a name is wider than the gap between peaks
+        near = next((g for g in groups if abs((rows[g[0]][2] or 0) - (held or 0)) < (highest or 1) / 20), None)
+        if near is None:
+            groups.append([i])
+        else:
+            near.append(i)
+    labels = [""] * len(rows)
+    for members in groups:
+        name, _, held = rows[members[0]]
+        labels[members[0]] = f"{_short(name, 20) if len(members) == 1 else f'{len(members)} allocators'}: {_bytes(held)}"
+    return labels
 
 
 def _memory_figure(timeline: pl.DataFrame, peaks: pl.DataFrame) -> dict[str, Any]:
     highest = max((v or 0) for column in ("in_use_bytes", "reserved_bytes") for v in timeline[column].to_list())
     unit, scale = next(((u, f) for u, f in (("GB", 1e9), ("MB", 1e6), ("kB", 1e3)) if highest >= f), ("B", 1.0))
+    last = max([(s or 0) for s in timeline["start_ps"].to_list()] + ([p or 0 for p in peaks["peak_ps"].to_list()] if not peaks.is_empty() else []))
+    t_scale, xaxis = _time_axis(last, "from the profile's start")
+    del xaxis["range"], xaxis["rangemode"]  # the timeline starts where the first allocation is
     data: list[dict[str, Any]] = []
     for (allocator,), rows in timeline.sort("start_ps").group_by(["allocator"], maintain_order=True):
         for column, dash in (("in_use_bytes", "solid"), ("reserved_bytes", "dot")):
@@ -456,17 +591,19 @@ def _memory_figure(timeline: pl.DataFrame, peaks: pl.DataFrame) -> dict[str, Any
             if not any(values):  # an allocator that records no reserved bytes: no flat line at 0
                 continue
             data.append({"type": "scatter", "mode": "lines", "name": f"{allocator} {column.removesuffix('_bytes').replace('_', ' ')}",
-                         "x": [s / 1e9 for s in rows["start_ps"].to_list()], "y": [None if v is None else v / scale for v in values],
-                         "line": {"dash": dash, "shape": "hv"},
-                         "hovertemplate": f"{allocator}<br>%{{x:.4g}} ms: %{{y:.4g}} {unit} {column.split('_')[0]}<extra></extra>"})
+                         "x": [s / t_scale for s in rows["start_ps"].to_list()], "y": [None if v is None else v / scale for v in values],
+                         "line": {"dash": dash, "shape": "hv"}, "customdata": [_seconds(s) for s in rows["start_ps"].to_list()],
+                         "hovertemplate": f"{allocator}<br>%{{customdata}}: %{{y:.4g}} {unit} {column.split('_')[0]}<extra></extra>"})
     if not peaks.is_empty():
-        data.append({"type": "scatter", "mode": "markers", "name": "peak", "marker": {"symbol": "star", "size": 12, "color": "#d62728"},
-                     "x": [p / 1e9 for p in peaks["peak_ps"].to_list()], "y": [b / scale for b in peaks["peak_in_use_bytes"].to_list()],
-                     "text": peaks["allocator"].to_list(), "customdata": [_seconds(p) for p in peaks["peak_ps"].to_list()],
-                     "hovertemplate": "%{text} peak: %{y:.4g} " + unit + " at %{customdata}<extra></extra>"})
-    return {"data": data, "layout": _layout("Memory in use (solid) and reserved (dotted) per allocator", height=360,
-                                            xaxis={"title": {"text": "ms from the profile's start"}},
-                                            yaxis={"title": {"text": unit}})}
+        data.append({"type": "scatter", "mode": "markers+text", "name": "peak", "marker": {"symbol": "star", "size": 12, "color": "#d62728"},
+                     "x": [p / t_scale for p in peaks["peak_ps"].to_list()], "y": [b / scale for b in peaks["peak_in_use_bytes"].to_list()],
+                     "text": _peak_labels(peaks, highest),
+                     # a peak in the right half is named on its left: the name stays clear of the legend
+                     "textposition": ["top left" if 2 * (p or 0) > last else "top right" for p in peaks["peak_ps"].to_list()],
+                     "textfont": {"size": 9}, "cliponaxis": False, "hovertext": peaks["allocator"].to_list(), "customdata": [_seconds(p) for p in peaks["peak_ps"].to_list()],
+                     "hovertemplate": "%{hovertext} peak: %{y:.4g} " + unit + " at %{customdata}<extra></extra>"})
+    return {"data": data, "layout": _layout("Memory in use (solid) and reserved (dotted) per allocator", height=340,
+                                            xaxis=xaxis, yaxis={"title": {"text": unit}, "rangemode": "tozero"})}
 
 
 # -- one profile's section ----------------------------------------------------------------------------------
@@ -474,7 +611,12 @@ def _memory_figure(timeline: pl.DataFrame, peaks: pl.DataFrame) -> dict[str, Any
 def _chart(p: ProfileReport, name: str, figures: list[tuple[str, dict[str, Any]]]) -> str:
     fid = f"fig-{name}-{p.profile_id}"
     figures.append((fid, p.charts[name]))
-    return f"<div class='chart' id='{fid}' data-chart='{name}'></div>"
+    return _chart_div(fid, p.charts[name], name)
+
+
+def _chart_div(fid: str, figure: dict[str, Any], name: str) -> str:
+    """The chart's place, as tall as its figure: room kept before it draws, no blank band under it after."""
+    return f"<div class='chart' id='{fid}' data-chart='{name}' style='height:{int(figure['layout']['height'])}px'></div>"
 
 
 def _profile_html(p: ProfileReport, figures: list[tuple[str, dict[str, Any]]]) -> str:
@@ -496,9 +638,9 @@ def _profile_html(p: ProfileReport, figures: list[tuple[str, dict[str, Any]]]) -
         out.append("<h3>Where the time goes</h3><table><tr><th>category</th><th>time</th><th>share</th></tr>" + "".join(
             f"<tr><td><span class='swatch' style='background:{CATEGORY_COLORS[c]}'></span>{_LABELS[c]}</td>"
             f"<td>{_seconds(ps)}</td><td>{_pct(sh)}</td></tr>" for c, ps, sh in rows if ps) + "</table>")
-        if s.get("flop_utilization") is not None or s.get("hbm_utilization") is not None:
-            out.append(f"<p class='meta'>FLOP utilization {_pct(s.get('flop_utilization'))}, HBM utilization "
-                       f"{_pct(s.get('hbm_utilization'))} over device time.</p>")
+        if s.get("step_flop_utilization") is not None or s.get("step_hbm_utilization") is not None:
+            out.append(f"<p class='meta'>FLOP utilization {_pct(s.get('step_flop_utilization'))}, HBM utilization "
+                       f"{_pct(s.get('step_hbm_utilization'))} over step time.</p>")
     for name, heading in (("steps", "Step breakdown"), ("timeline", "Busiest step per device")):
         if name in p.charts:
             out.append(f"<h3>{heading}</h3>" + _chart(p, name, figures))
@@ -601,11 +743,11 @@ def _fleet_rows(run: Run, wanted: list[str], info: pl.DataFrame, bottlenecks: pl
         best = summary.sort(rank).group_by("profile_id", maintain_order=True).first().drop("tags", strict=False)
         rows = names.join(best, on="profile_id", how="left")
     rows = rows.with_columns(pl.coalesce("host", "info_host").alias("host") if "host" in rows.columns else pl.col("info_host").alias("host"))
-    if not bottlenecks.is_empty() and "scope" in bottlenecks.columns:
+    if "primary_bottleneck" not in rows.columns and not bottlenecks.is_empty() and "scope" in bottlenecks.columns:
         primary = bottlenecks.filter(pl.col("scope") == "profile").select("profile_id", "primary_bottleneck")
         rows = rows.join(primary, on="profile_id", how="left")
     for column in ("steps", "step_time_ps", "max_step_time_ps", "busy_fraction", "idle_share", "memory_bound_share",
-                   "flop_utilization", "hbm_utilization", "primary_bottleneck"):
+                   "step_flop_utilization", "step_hbm_utilization", "primary_bottleneck"):
         if column not in rows.columns:
             rows = rows.with_columns(pl.lit(None).alias(column))
     return rows.sort("name")
@@ -769,6 +911,37 @@ def _figures(run: Run, p: ProfileReport, steps: pl.DataFrame, ops: pl.DataFrame,
         p.peak_contents = _peak_contents(p.memory_peaks)
     else:
         p.notes.append(f"No memory timeline: {_needs(run, 'memory.memory_timeline')}.")
+
+
+def roofline_page(frame: pl.DataFrame, out: str | os.PathLike[str], *, profile_id: str | None = None) -> Path:
+    """Write the report's interactive roofline of one profile of a roofline frame (``run.roofline().pl()``) as a page
+    of its own (Plotly inline, works offline): ``xprosql roofline --out chart.html``, with no matplotlib. Without
+    ``profile_id``, the profile with the most device time and known peaks; ValueError when none has ops with FLOPs.
+
+    Example:
+        >>> roofline_page(run.roofline().pl(), "roofline.html")              # doctest: +SKIP
+    """
+    script = plotly_js()
+    totals = frame.filter((pl.col("row_kind") == "profile") & pl.col("peak_flops_per_s").is_not_null()
+                          & pl.col("peak_hbm_bytes_per_s").is_not_null())
+    if profile_id is not None:
+        totals = totals.filter(pl.col("profile_id") == profile_id)
+    ops = pl.DataFrame()
+    for pid in totals.sort("device_time_ps", descending=True, nulls_last=True)["profile_id"].unique(maintain_order=True).to_list():
+        ops = frame.filter((pl.col("profile_id") == pid) & (pl.col("row_kind") == "op") & (pl.col("flops").fill_null(0) > 0)
+                           & pl.col("operational_intensity").is_not_null() & (pl.col("flop_rate").fill_null(0) > 0))
+        if not ops.is_empty():
+            break
+    if ops.is_empty():
+        raise ValueError("no profile has ops with FLOPs and a device with known peaks to draw a roofline of")
+    figure = _roofline_figure(ops)
+    title = f"Roofline of profile {ops['profile_id'][0]}"
+    page = (_HEAD.format(title=html.escape(title)) + f"<h1>{html.escape(title)}</h1>" + _chart_div("fig-roofline", figure, "roofline")
+            + f"<script type='application/json' id='fig-roofline-data'>{_json(figure)}</script>"
+            + f"<script>{script}</script><script>{_PAGE_JS}</script></body></html>")
+    path = Path(out)
+    path.write_text(page, encoding="utf-8")
+    return path
 
 
 def terminal_summary(run: Run, *, profiles: Sequence[str] | None = None, top_ops: int = 5) -> str:

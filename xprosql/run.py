@@ -34,7 +34,7 @@ from xprosql.queries import roofline as _roofline
 from xprosql.queries import utilization as _utilization
 from xprosql.queries._params import Profiles
 from xprosql.queries.bottlenecks import Scope
-from xprosql.queries.fleet import CompareBy
+from xprosql.queries.fleet import Cohort, CompareBy
 from xprosql.queries.utilization import Level
 from xprosql.warehouse import Warehouse
 
@@ -296,10 +296,12 @@ class Run:
 
     # -- fleet --------------------------------------------------------------------------------------
 
-    def compare(self, *, baseline: str, candidate: str, by: CompareBy = "op", peak_flops_per_s: float | None = None,
-                peak_hbm_bytes_per_s: float | None = None, peak_source: str | None = None) -> Result:
+    def compare(self, *, baseline: Cohort, candidate: Cohort, by: CompareBy = "op",
+                peak_flops_per_s: float | None = None, peak_hbm_bytes_per_s: float | None = None,
+                peak_source: str | None = None) -> Result:
         """Per op (``by="op"``), category, module or bottleneck: time share, FLOP rate and bandwidth in two
-        cohorts of profiles (SQL expressions on ``profiles``) and the difference, by impact.
+        cohorts of profiles and the difference, by impact. A cohort is a SQL expression on ``profiles`` or a
+        list of profile ids (:func:`xprosql.queries.fleet.compare`; ``xprosql compare`` on the command line).
 
         Example:
             >>> run.compare(baseline="tags['commit'] = 'a1'", candidate="tags['commit'] = 'b2'").pl().head(5)  # doctest: +SKIP

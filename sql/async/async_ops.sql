@@ -43,10 +43,12 @@
 -- Needs: async operations: TPU copy, host-offload or collective start / done pairs, GPU copies, collective kernels
 --
 -- Parameters:
---   $hidden_coverage    DOUBLE     coverage at or above which an async op is hidden; XProf's threshold (default: 0.9)
+--   $hidden_coverage    DOUBLE     coverage at or above which an async op is hidden; XProf's threshold [range: 0..1] (default: 0.9)
 --   $kinds  VARCHAR[]  keep only these kinds (host_offload, copy, memcpy_HtoD, nccl_all_reduce, ...); NULL for all (default: NULL)
---   $exposed_coverage   DOUBLE     coverage at or below which an async op is exposed; XProf's threshold (default: 0.1)
+--   $exposed_coverage   DOUBLE     coverage at or below which an async op is exposed; XProf's threshold [range: 0..1] (default: 0.1)
 --   $prefer_async_line  BOOLEAN    TPU: take windows from the `Async XLA Ops` line where a device has one; false pairs ops on the op line everywhere (default: true)
+--
+-- Show: profile_id, device, kind, direction, start_op, bytes, window_ps, bandwidth_bytes_per_s, coverage, status
 --
 -- Columns:
 --   profile_id  VARCHAR  profile (profiles.profile_id)

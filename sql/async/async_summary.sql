@@ -11,6 +11,8 @@
 --
 -- Needs: async operations: TPU copy, host-offload or collective start / done pairs, GPU copies, collective kernels
 --
+-- Show: profile_id, device_kind, kind, direction, ops, exposed, bytes, exposed_ps, exposed_fraction, aggregate_vs_peak
+--
 -- Columns:
 --   profile_id  VARCHAR  profile (profiles.profile_id)
 --   device_kind  VARCHAR  tpu or gpu

@@ -10,6 +10,8 @@
 --
 -- Parameters:
 --
+-- Show: profile_id, device_id, kernel, sample, start_ps, end_ps, flops, flop_rate
+--
 -- Columns:
 --   profile_id  VARCHAR  profile (profiles.profile_id)
 --   device_id  INTEGER  devices.device_id of the GPU (Kineto: the process the range was recorded in)

@@ -18,6 +18,8 @@
 --
 -- Needs: TPU performance-counter samples (XSpace perf_counters lines: TPU v6e, v7x)
 --
+-- Show: profile_id, device, chip, kernel, samples, mxu_utilization, vector_utilization, xlu_utilization, hbm_utilization, dma_utilization
+--
 -- Columns:
 --   profile_id  VARCHAR  profile (profiles.profile_id)
 --   device_id  INTEGER  devices.device_id of the chip's plane; NULL on profile rows

@@ -10,6 +10,8 @@
 --
 -- Needs: TPU performance-counter samples (XSpace perf_counters lines: TPU v6e, v7x)
 --
+-- Show: profile_id, device_id, chip, kernel, node, metric, unit, achieved, peak, utilization
+--
 -- Columns:
 --   profile_id  VARCHAR  profile (profiles.profile_id)
 --   device_id  INTEGER  devices.device_id of the chip's plane

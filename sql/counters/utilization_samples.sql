@@ -36,6 +36,8 @@
 --
 -- Parameters:
 --
+-- Show: profile_id, device_id, chip, kernel, sample, node, metric, achieved, peak, unit, utilization
+--
 -- Columns:
 --   profile_id  VARCHAR  profile (profiles.profile_id)
 --   device_id  INTEGER  devices.device_id of the chip's plane

@@ -11,11 +11,13 @@
 -- cohorts of different sizes compare.
 --
 -- Parameters:
---   $baseline   VARCHAR[]  profile ids of the baseline cohort
---   $candidate  VARCHAR[]  profile ids of the candidate cohort
---   $by         VARCHAR    what a row is: op, category or module (default: 'op')
+--   $baseline   VARCHAR[]  profile ids of the baseline cohort (run.compare takes these or, as xprosql compare does, a SQL expression on profiles) [choices: profiles.profile_id]
+--   $candidate  VARCHAR[]  profile ids of the candidate cohort (run.compare takes these or, as xprosql compare does, a SQL expression on profiles) [choices: profiles.profile_id]
+--   $by         VARCHAR    what a row is: op, category or module [choices: op, category, module] (default: 'op')
 --
 -- Passes: $peak_flops_per_s $peak_hbm_bytes_per_s $peak_source (to its includes, with their defaults and meaning)
+--
+-- Show: device_kind, key, baseline_time_per_profile_ps, candidate_time_per_profile_ps, delta_time_per_profile_ps, time_ratio, baseline_share, candidate_share, delta_share
 --
 -- Columns:
 --   device_kind  VARCHAR  tpu, gpu or cpu
@@ -24,11 +26,11 @@
 --   candidate_profiles  BIGINT  profiles in the candidate cohort
 --   baseline_time_per_profile_ps  DOUBLE  self time per baseline profile, ps
 --   candidate_time_per_profile_ps  DOUBLE  self time per candidate profile, ps
---   delta_time_per_profile_ps  DOUBLE  candidate minus baseline, ps (the impact; rows sorted by its size)
+--   delta_time_per_profile_ps  DOUBLE  candidate minus baseline, signed (below 0: the candidate is faster), ps (the impact; rows sorted by its size)
 --   time_ratio  DOUBLE  candidate / baseline time per profile
 --   baseline_share  DOUBLE  share of the baseline cohort's op self time
 --   candidate_share  DOUBLE  share of the candidate cohort's op self time
---   delta_share  DOUBLE  candidate_share - baseline_share
+--   delta_share  DOUBLE  candidate_share - baseline_share, signed, -1..1
 --   baseline_flop_rate  DOUBLE  FLOPs over self time, FLOP/s (NULL without cost data)
 --   candidate_flop_rate  DOUBLE  FLOP/s
 --   baseline_hbm_bandwidth  DOUBLE  HBM bytes over self time, bytes/s

@@ -11,8 +11,8 @@
 -- SQL predicates on profiles.
 --
 -- Parameters:
---   $baseline   VARCHAR[]  profile ids of the baseline cohort
---   $candidate  VARCHAR[]  profile ids of the candidate cohort
+--   $baseline   VARCHAR[]  profile ids of the baseline cohort (run.compare takes these or, as xprosql compare does, a SQL expression on profiles) [choices: profiles.profile_id]
+--   $candidate  VARCHAR[]  profile ids of the candidate cohort (run.compare takes these or, as xprosql compare does, a SQL expression on profiles) [choices: profiles.profile_id]
 --
 -- Passes: $input_events $peak_flops_per_s $peak_hbm_bytes_per_s $peak_source (to its includes, with their defaults and meaning)
 --
@@ -22,10 +22,10 @@
 --                                  exposed_host_offload, exposed_dma, launch_overhead, input_wait, host_wait, idle
 --   baseline_time_per_profile_ps  DOUBLE  category time per baseline profile, ps
 --   candidate_time_per_profile_ps  DOUBLE  category time per candidate profile, ps
---   delta_time_per_profile_ps  DOUBLE  candidate minus baseline, ps (rows sorted by its size)
+--   delta_time_per_profile_ps  DOUBLE  candidate minus baseline, signed (below 0: the candidate is faster), ps (rows sorted by its size)
 --   baseline_share  DOUBLE  share of the baseline cohort's step time
 --   candidate_share  DOUBLE  share of the candidate cohort's step time
---   delta_share  DOUBLE  candidate_share - baseline_share
+--   delta_share  DOUBLE  candidate_share - baseline_share, signed, -1..1
 --   baseline_primary_profiles  BIGINT  baseline profiles whose primary bottleneck is this category's
 --   candidate_primary_profiles  BIGINT  candidate profiles whose primary bottleneck is this category's
 WITH bottlenecks AS (

@@ -13,9 +13,11 @@
 -- Needs: allocator events: XSpace MemoryAllocation / MemoryDeallocation, or Kineto [memory] (profile_memory=True)
 --
 -- Parameters:
---   $within  DOUBLE  how close to the device's memory a peak counts as near capacity, a share of it, 0..1 (default: 0.1)
+--   $within  DOUBLE  how close to the device's memory a peak counts as near capacity, a share of it, 0..1 [range: 0..1] (default: 0.1)
 --
 -- Passes: $by_step (to memory.memory_peaks, with its default and meaning)
+--
+-- Show: job, step_index, profiles, peak_in_use_bytes, peak_profile_id, peak_allocator, capacity_bytes, peak_capacity_share, near_capacity_profiles
 --
 -- Columns:
 --   job_id  VARCHAR  the job (jobs.jobs.job_id), or the profile id of a profile in no job

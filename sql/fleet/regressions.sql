@@ -13,12 +13,14 @@
 -- that pass form one change; the first profile of the new level is the one where
 -- the medians differ most (ties: the means, then the earlier profile).
 --
+-- Needs: a series of at least 2 x window profiles with steps sharing a value of the tag parameter (default job: ingest --tag job=NAME); rows only where its median step or op time moved by the threshold
+--
 -- Parameters:
 --   $tag        VARCHAR  tag whose values make the series, e.g. job (default: 'job')
---   $window     BIGINT   profiles in each window (default: 5)
---   $threshold  DOUBLE   relative change of the median that counts, 0.1 = 10% (default: 0.1)
---   $mads       DOUBLE   the change must also exceed this many scaled MADs of the window before (default: 3.0)
---   $top        BIGINT   ops followed per series: the longest by total self time (default: 10)
+--   $window     BIGINT   profiles in each window [range: 1..] (default: 5)
+--   $threshold  DOUBLE   relative change of the median that counts, 0.1 = 10% [range: 0..] (default: 0.1)
+--   $mads       DOUBLE   the change must also exceed this many scaled MADs of the window before [range: 0..] (default: 3.0)
+--   $top        BIGINT   ops followed per series: the longest by total self time [range: 1..] (default: 10)
 --
 -- Columns:
 --   series  VARCHAR  the tag's value

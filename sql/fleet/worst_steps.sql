@@ -5,7 +5,9 @@
 -- same rows as one pass.
 --
 -- Parameters:
---   $top  BIGINT  steps returned, the longest first (default: 10)
+--   $top  BIGINT  steps returned, the longest first [range: 1..] (default: 10)
+--
+-- Show: profile_id, host, device, step_index, step, wall_ps, busy_ps, idle_ps, busy_fraction
 --
 -- Columns:
 --   profile_id  VARCHAR  profile (profiles.profile_id)

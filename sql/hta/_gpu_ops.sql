@@ -37,7 +37,8 @@
 --   end_ps  BIGINT  end, ps
 --   dur_ps  BIGINT  end_ps - start_ps
 --   launch_event_id  BIGINT  events.event_id of the launching CPU call (api_calls); NULL when the trace lacks it
---   launch_name  VARCHAR  name of that call, e.g. cudaLaunchKernel
+--   launch_name  VARCHAR  name of that call, e.g. cudaLaunchKernel (XSpace host events: the op's name)
+--   launch_api  VARCHAR  api_calls.api of that call: launch for XSpace host events that launch GPU work, else the runtime or driver API
 --   launch_start_ps  BIGINT  its start, ps
 --   launch_dur_ps  BIGINT  its duration, ps
 WITH params AS (
@@ -58,7 +59,7 @@ gpu_ops AS (
     FROM memcpys AS m JOIN chosen_profiles USING (profile_id) JOIN events AS e USING (profile_id, event_id)
 ),
 launches AS (
-    SELECT a.profile_id, a.correlation_id, a.event_id, a.name, a.start_ps, a.dur_ps
+    SELECT a.profile_id, a.correlation_id, a.event_id, a.name, a.api, a.start_ps, a.dur_ps
     FROM api_calls AS a JOIN chosen_profiles USING (profile_id)
     WHERE a.correlation_id IS NOT NULL
     QUALIFY row_number() OVER (PARTITION BY a.profile_id, a.correlation_id ORDER BY a.start_ps, a.event_id) = 1
@@ -72,7 +73,8 @@ last_step AS (
     HAVING count(DISTINCT e.name) >= 2
 ),
 kept AS (
-    SELECT g.*, l.event_id AS launch_event_id, l.name AS launch_name, l.start_ps AS launch_start_ps, l.dur_ps AS launch_dur_ps
+    SELECT g.*, l.event_id AS launch_event_id, l.name AS launch_name, l.api AS launch_api, l.start_ps AS launch_start_ps,
+        l.dur_ps AS launch_dur_ps
     FROM gpu_ops AS g
     CROSS JOIN params AS x
     LEFT JOIN launches AS l USING (profile_id, correlation_id)
@@ -107,6 +109,6 @@ SELECT
         ELSE 'OTHER'
     END AS kernel_type,
     r_start_ps AS start_ps, r_end_ps AS end_ps, r_end_ps - r_start_ps AS dur_ps,
-    launch_event_id, launch_name, r_launch_start_ps AS launch_start_ps, r_launch_end_ps - r_launch_start_ps AS launch_dur_ps
+    launch_event_id, launch_name, launch_api, r_launch_start_ps AS launch_start_ps, r_launch_end_ps - r_launch_start_ps AS launch_dur_ps
 FROM timed
 ORDER BY profile_id, device_id, stream_id, start_ps

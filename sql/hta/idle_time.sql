@@ -13,7 +13,7 @@
 -- Needs: GPU kernels or copies on streams (a Kineto GPU trace, an XSpace GPU plane)
 --
 -- Parameters:
---   $kernel_wait_ps  BIGINT  gaps shorter than this (and not host waits) are kernel waits, ps; HTA's 30 us (default: 30000000)
+--   $kernel_wait_ps  BIGINT  gaps shorter than this (and not host waits) are kernel waits, ps; HTA's 30 us [range: 0..] (default: 30000000)
 --
 -- Passes: $include_last_step $us_rounding (to its includes, with their defaults and meaning)
 --

@@ -8,17 +8,20 @@
 -- cudaMemsetAsync with $include_memory_events) and its HIP counterparts
 -- (hipLaunchKernel, hipExtLaunchKernel, hipModuleLaunchKernel,
 -- hipExtModuleLaunchKernel, hipGraphLaunch; hipMemcpy*, hipMemset*;
--- docs/reference.md, AMD GPUs). Launch delay = op start - (call start + call
+-- docs/reference.md, AMD GPUs), and on XSpace GPU profiles the host events that launch a
+-- kernel (api_calls.api launch; HTA reads no XSpace). Launch delay = op start - (call start + call
 -- duration), at least 0.
 --
--- Needs: GPU kernels or copies whose launching CUDA / HIP call is in the trace
+-- Needs: GPU kernels launched by a runtime call HTA counts (cudaLaunchKernel[ExC], hip*LaunchKernel, hipGraphLaunch) or an XSpace launch event, in the trace; HTA leaves driver launches (cuLaunchKernel: Triton) out, and so does this
 --
 -- Parameters:
 --   $include_memory_events  BOOLEAN  count copies and memsets launched by cudaMemcpyAsync / cudaMemsetAsync / hipMemcpy* / hipMemset* (default: true)
---   $runtime_cutoff_ps      BIGINT   a call longer than this is a runtime outlier, ps; HTA's 50 us (default: 50000000)
---   $launch_delay_cutoff_ps BIGINT   a delay longer than this is a launch-delay outlier, ps; HTA's 100 us (default: 100000000)
+--   $runtime_cutoff_ps      BIGINT   a call longer than this is a runtime outlier, ps; HTA's 50 us [range: 0..] (default: 50000000)
+--   $launch_delay_cutoff_ps BIGINT   a delay longer than this is a launch-delay outlier, ps; HTA's 100 us [range: 0..] (default: 100000000)
 --
 -- Passes: $include_last_step $us_rounding (to its includes, with their defaults and meaning)
+--
+-- Show: profile_id, rank, stream_id, launch_name, name, cpu_dur_ps, gpu_dur_ps, launch_delay_ps, short_kernel, long_runtime, long_delay
 --
 -- Columns:
 --   profile_id  VARCHAR  profile (profiles.profile_id)
@@ -48,5 +51,8 @@ SELECT
     greatest(start_ps - launch_start_ps - launch_dur_ps, 0) > CAST($launch_delay_cutoff_ps AS BIGINT) AS long_delay
 FROM hta_gpu_ops
 WHERE xprosql_launch_kind(launch_name) = 'kernel'
+    -- XSpace GPU profiles (TensorFlow, JAX) name a launch event after what it launched, not after the
+    -- CUDA call, and mark it api = 'launch' at ingest: the same kernels gpu.launch_coverage joins.
+    OR (launch_api = 'launch' AND op_kind = 'kernel')
    OR (CAST($include_memory_events AS BOOLEAN) AND xprosql_launch_kind(launch_name) = 'memory')
 ORDER BY profile_id, device_id, launch_start_ps, correlation_id

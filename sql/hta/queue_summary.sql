@@ -8,7 +8,7 @@
 -- Needs: GPU kernels or copies whose launching CUDA / HIP call is in the trace
 --
 -- Parameters:
---   $max_queue_length  BIGINT  queue length at which the stream counts as full (default: 1024)
+--   $max_queue_length  BIGINT  queue length at which the stream counts as full [range: 1..] (default: 1024)
 --
 -- Passes: $include_last_step $us_rounding (to its includes, with their defaults and meaning)
 --

@@ -24,7 +24,7 @@
 --   wall_clock       otherwise: the wall-clock offset, as the hosts' clocks give it
 --
 -- Parameters:
---   $min_matched  BIGINT  matched instances with the reference a member on another host needs for its offset to come from collective ends (default: 3)
+--   $min_matched  BIGINT  matched instances with the reference a member on another host needs for its offset to come from collective ends [range: 1..] (default: 3)
 --
 -- Columns:
 --   job_id  VARCHAR  jobs._members.job_id
@@ -46,7 +46,7 @@
 --   unmatched_reason  VARCHAR  why not: the job has one member, or no other member has this call (the trace is sampled or the peers were not profiled)
 --   start_ps  BIGINT  start on the profile's clock, ps
 --   end_ps  BIGINT  end on the profile's clock, ps
---   offset_ps  BIGINT  the member's offset to the job clock, ps
+--   offset_ps  BIGINT  the member's offset to the job clock, signed, ps
 --   offset_source  VARCHAR  reference, host_clock, collective_ends or wall_clock (see above)
 --   offset_instances  BIGINT  instances matched with the reference that the offset is derived from (collective_ends)
 --   job_start_ps  BIGINT  start on the job clock (start_ps + offset_ps), ps

@@ -29,7 +29,7 @@
 --   world_size  BIGINT  the job's world size: profiles.world_size, else its members
 --   members  BIGINT  profiles in the job
 --   origin_ns  BIGINT  the profile's time origin on the wall clock, ns since epoch
---   wall_offset_ps  BIGINT  origin_ns less that of the job's first member (lowest rank), ps: a profile time plus this is the job's time by the wall clocks
+--   wall_offset_ps  BIGINT  origin_ns less that of the job's first member (lowest rank), signed, ps: a profile time plus this is the job's time by the wall clocks
 WITH base AS (
     SELECT p.profile_id, p.source_path, p.host, p.rank, p.world_size, p.format,
         regexp_replace(p.source_path, '/[^/]*$', '') AS folder,

@@ -18,16 +18,18 @@
 --
 -- Passes: $min_matched (to its includes, with their defaults and meaning)
 --
+-- Show: job_id, member, rank, host, offset_ps, offset_source, correction_ps, matched_calls, end_spread_ps
+--
 -- Columns:
 --   job_id  VARCHAR  the job (jobs.jobs.job_id)
 --   profile_id  VARCHAR  profile (profiles.profile_id)
 --   member  VARCHAR  rank N, or the host file's name
 --   rank  BIGINT  distributed rank, else position by name
 --   host  VARCHAR  profiles.host
---   offset_ps  BIGINT  offset to the job clock: job time = profile time + offset_ps, ps
+--   offset_ps  BIGINT  offset to the job clock: job time = profile time + offset_ps, signed, ps
 --   offset_source  VARCHAR  reference, host_clock, collective_ends or wall_clock (see above)
---   wall_offset_ps  BIGINT  the offset the wall clocks give (the profile's origin less the first member's), ps
---   correction_ps  BIGINT  offset_ps - wall_offset_ps: what the collectives moved the wall clock by, ps
+--   wall_offset_ps  BIGINT  the offset the wall clocks give (the profile's origin less the first member's), signed, ps
+--   correction_ps  BIGINT  offset_ps - wall_offset_ps: what the collectives moved the wall clock by, signed, ps
 --   offset_instances  BIGINT  collective instances matched with the reference the offset is derived from (collective_ends)
 --   calls  BIGINT  the member's collective calls
 --   matched_calls  BIGINT  those matched with another member

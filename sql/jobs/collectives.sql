@@ -28,6 +28,8 @@
 --
 -- Passes: $min_matched (to its includes, with their defaults and meaning)
 --
+-- Show: job_id, instance, kind, step, member, rank, bytes, arrival_delay_ps, last_member, imposed_wait_ps, transfer_ps, busbw_bytes_per_s
+--
 -- Columns:
 --   job_id  VARCHAR  the job (jobs.jobs.job_id)
 --   instance  VARCHAR  the collective instance (jobs._aligned.instance)
@@ -44,7 +46,7 @@
 --   name  VARCHAR  event name (XLA: the HLO op)
 --   bytes  BIGINT  the message NCCL's tests count, bytes
 --   group_size  BIGINT  n: ranks in the communicator
---   offset_ps  BIGINT  the rank's offset to the job clock (jobs.clock_offsets), ps
+--   offset_ps  BIGINT  the rank's offset to the job clock (jobs.clock_offsets), signed, ps
 --   start_ps  BIGINT  arrival on the job clock, ps
 --   end_ps  BIGINT  end on the job clock, ps
 --   dur_ps  BIGINT  end_ps - start_ps, ps

@@ -13,6 +13,8 @@
 --
 -- Parameters:
 --
+-- Show: job_id, job, job_source, profiles, world_size, ranks, hosts, missing_ranks, duplicate_ranks
+--
 -- Columns:
 --   job_id  VARCHAR  the job: first 16 hex digits of the MD5 of its profile ids (sorted, comma-joined)
 --   job  VARCHAR  its key: tag:NAME, the run directory, or the trace directory with world size and first start

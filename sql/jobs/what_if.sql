@@ -8,9 +8,11 @@
 -- less the previous end). So the step's end is the sum over i of (max over r of c[r,i] + t[i]), and
 -- giving the worst rank w the median rank's compute replaces max over r of c[r,i] by the largest of
 -- the others' and the median's, which is the largest of the others'. Each instance where w arrived
--- last then ends its arrival less the one before it sooner, which is w's imposed wait
--- (jobs.stragglers.delay_imposed_ps, summed over the step), and the others change nothing. So:
--- what_if_step_ps = job_step_ps - the worst rank's delay_imposed_ps. It assumes the others wait in
+-- last then starts at the arrival before w's: the job no longer waits through w's imposed waits. The
+-- step shortens by the time those waits cover, each instant once (jobs.stragglers.delay_imposed_ps:
+-- the union of their intervals; several collectives w is late to, as DDP's gradient buckets, wait
+-- through the same delay), at most the step. So: what_if_step_ps = job_step_ps - the worst rank's
+-- delay_imposed_ps, never negative. It assumes the others wait in
 -- each collective (synchronous collectives on the critical path); where they overlap the wait with
 -- other work, the saving is smaller, so this is an upper bound on what fixing the straggler gains.
 --
@@ -22,6 +24,8 @@
 -- Parameters:
 --
 -- Passes: $min_matched (to its includes, with their defaults and meaning)
+--
+-- Show: job_id, scope, step, job_step_ps, worst_member, worst_delay_ps, median_delay_ps, what_if_step_ps, saving_ps, saving_share
 --
 -- Columns:
 --   job_id  VARCHAR  the job (jobs.jobs.job_id)

@@ -22,7 +22,7 @@
 --   requested_bytes  BIGINT  bytes asked for (XSpace), bytes
 --   address  BIGINT  the block's address
 --   in_use_bytes  BIGINT  the allocator's bytes in use after the event, bytes
---   reserved_bytes  BIGINT  the allocator's bytes reserved after the event, bytes
+--   reserved_bytes  BIGINT  the bytes the allocator holds after the event, at least in_use_bytes: Kineto Total Reserved (NULL where 0: the CPU caches nothing); XSpace bytes_allocated + bytes_reserved (heap in use and XProf's stack reservation), bytes
 --   allocator_peak_bytes  BIGINT  the allocator's peak in use so far, as it says (XSpace peak_bytes_in_use), bytes
 --   fragmentation  DOUBLE  the allocator's fragmentation after the event (XSpace), 0..1
 --   op  VARCHAR  the op that asked for it (XSpace tf_op)
@@ -75,7 +75,11 @@ SELECT
     CAST(s.requested AS BIGINT) AS requested_bytes,
     CAST(s.address AS BIGINT) AS address,
     CAST(s.in_use AS BIGINT) AS in_use_bytes,
-    CAST(s.reserved AS BIGINT) AS reserved_bytes,
+    -- What the allocator holds, on every source: Kineto's Total Reserved (the caching allocator's segments; 0 on
+    -- the CPU, whose allocator caches nothing: not recorded); XSpace's bytes_reserved is only the stack XProf
+    -- draws on top of the heap (stack_reserved_bytes), so its allocators hold the heap in use plus that.
+    CAST(CASE WHEN m.name = '[memory]' THEN nullif(s.reserved, 0) ELSE s.in_use + coalesce(s.reserved, 0) END AS BIGINT)
+        AS reserved_bytes,
     CAST(s.allocator_peak AS BIGINT) AS allocator_peak_bytes,
     CAST(s.fragmentation AS DOUBLE) AS fragmentation,
     s.op, s.region_type, s.data_type, s.shape

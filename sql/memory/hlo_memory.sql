@@ -21,8 +21,10 @@
 -- Needs: a buffer assignment: XSpace HLO protos (/host:metadata) with their buffer assignment (memory_buffers; a profile ingested by an xprosql older than that table: ingest it again)
 --
 -- Parameters:
---   $color  BIGINT  memory space (XLA's memory color); NULL: every memory space (default: 0)
---   $top  BIGINT  buffers listed in top_buffers; NULL: every one (default: 10)
+--   $color  BIGINT  memory space (XLA's memory color); NULL: every memory space [range: 0..] (default: 0)
+--   $top  BIGINT  buffers listed in top_buffers; NULL: every one [range: 1..] (default: 10)
+--
+-- Show: profile_id, module, color, peak_heap_bytes, peak_position, peak_instruction, temp_peak_bytes, entry_parameters_bytes, maybe_live_out_bytes, total_allocation_bytes
 --
 -- Columns:
 --   profile_id  VARCHAR  profile (profiles.profile_id)

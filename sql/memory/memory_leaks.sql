@@ -11,6 +11,8 @@
 --
 -- Needs: allocator events: XSpace MemoryAllocation / MemoryDeallocation, or Kineto [memory] (profile_memory=True)
 --
+-- Show: profile_id, device_id, allocator, op, shape, unfreed, unfreed_bytes, steps, growth_per_step_bytes
+--
 -- Columns:
 --   profile_id  VARCHAR  profile (profiles.profile_id)
 --   device_id  INTEGER  devices.device_id of the plane or process that recorded the events

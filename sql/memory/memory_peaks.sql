@@ -24,7 +24,9 @@
 --
 -- Parameters:
 --   $by_step  BOOLEAN  a row per step of the profile instead of one for the whole profile (default: false)
---   $top  BIGINT  (op, shape) groups listed in live_at_peak, largest first; NULL: every one (default: 5)
+--   $top  BIGINT  (op, shape) groups listed in live_at_peak, largest first; NULL: every one [range: 1..] (default: 5)
+--
+-- Show: profile_id, device_id, allocator, step, peak_in_use_bytes, peak_ps, reserved_at_peak_bytes, fragmentation_at_peak, unfreed_bytes, capacity_bytes, peak_capacity_share
 --
 -- Columns:
 --   profile_id  VARCHAR  profile (profiles.profile_id)
@@ -35,7 +37,7 @@
 --   peak_in_use_bytes  BIGINT  the highest in-use total of the profile's events, bytes
 --   peak_ps  BIGINT  when it was first reached, ps
 --   xprof_peak_offset_ps  BIGINT  XProf's peakStatsTimePs: the last event at the peak in the file's line order, as an offset on its line (XSpace, whole-profile rows), ps
---   reserved_at_peak_bytes  BIGINT  bytes reserved then, bytes
+--   reserved_at_peak_bytes  BIGINT  bytes the allocator held then (memory._memory_events.reserved_bytes), at least peak_in_use_bytes, bytes
 --   fragmentation_at_peak  DOUBLE  the allocator's fragmentation then (XSpace), 0..1
 --   allocator_peak_bytes  BIGINT  the allocator's own peak so far, at the profile's end (XSpace), bytes
 --   live_at_peak  STRUCT(op VARCHAR, shape VARCHAR, blocks BIGINT, bytes BIGINT)[]  the blocks live at the peak, summed by the op that allocated them and shape, the $top largest first (bytes: bytes)
@@ -77,9 +79,10 @@ allocator_events AS MATERIALIZED (
     WHERE name IN ('MemoryAllocation', 'MemoryDeallocation') AND NOT (SELECT by_step FROM params)
 ),
 xprof_order AS (
-    -- XProf's walk: lines in file order, events in line order; its peak counts reserved (stack) and in use (heap).
+    -- XProf's walk: lines in file order, events in line order; its peak counts the stack and the heap in use,
+    -- which is what an XSpace allocator holds (memory._memory_events.reserved_bytes).
     SELECT m.profile_id, m.device_id, m.allocator,
-        arg_max(m.start_ps - (t.timestamp_ns - p.start_ns) * 1000, (coalesce(m.reserved_bytes, 0) + m.in_use_bytes, m.event_id))
+        arg_max(m.start_ps - (t.timestamp_ns - p.start_ns) * 1000, (coalesce(m.reserved_bytes, m.in_use_bytes), m.event_id))
             AS xprof_peak_offset_ps
     FROM memory_events AS m
     JOIN allocator_events AS e USING (profile_id, event_id)

@@ -9,7 +9,9 @@
 -- Needs: allocator events: XSpace MemoryAllocation / MemoryDeallocation, or Kineto [memory] (profile_memory=True)
 --
 -- Parameters:
---   $buckets  BIGINT  equal spans of the profile per allocator, each with its highest values; NULL: a row per event (default: NULL)
+--   $buckets  BIGINT  equal spans of the profile per allocator, each with its highest values; NULL: a row per event [range: 1..] (default: NULL)
+--
+-- Show: profile_id, device_id, allocator, bucket, start_ps, end_ps, in_use_bytes, reserved_bytes, events
 --
 -- Columns:
 --   profile_id  VARCHAR  profile (profiles.profile_id)

@@ -131,10 +131,9 @@ op_events AS MATERIALIZED (
     LEFT JOIN torch_kernels AS k USING (profile_id, event_id)
     WHERE CASE l.kind
               WHEN 'tpu' THEN true
-              -- Kineto: annotations and stream waits on a GPU's lines are no GPU work, nor are host events
-              -- there (a process sharing the GPU's pid). CUPTI profiler ranges (one per kernel) are.
-              WHEN 'gpu' THEN coalesce(e.category, '') NOT IN ('gpu_user_annotation', 'cuda_sync', 'python_function',
-                  'cpu_op', 'user_annotation', 'cpu_instant_event', 'cuda_runtime', 'cuda_driver')
+              -- Kineto: annotations, stream waits, host events sharing the GPU's pid and CUPTI counter
+              -- ranges are no GPU work (counters.gpu_flops reads the ranges).
+              WHEN 'gpu' THEN xprosql_gpu_work(e.category)
               ELSE e.hlo_op IS NOT NULL
           END
 ),

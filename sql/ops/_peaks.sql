@@ -8,10 +8,16 @@
 -- published chip numbers of hardware_models (xprosql.models.hardware), matched on
 -- devices.model (and memory_bytes, which tells board variants apart). CPUs have no
 -- modelled peak: pass one. VMEM / CMEM peaks come from the profile only.
+-- A peak the profile reports (not one modelled at ingest from SMs x clock) more than 1% below
+-- the data sheet of a chip the table knows loses to the
+-- data sheet (source 'hardware_model (profile below data sheet)'): a roof is the most the chip
+-- can do, and ROCm XSpace files report a `memory_bandwidth` about half of MI300X's and MI355X's
+-- data sheet, which their own ops then beat (HBM utilization 1.2-1.7). TPU profiles report
+-- the data sheet's numbers, so XProf's roofs stay.
 --
 -- Parameters:
---   $peak_flops_per_s      DOUBLE     peak FLOP/s for every device, overriding the profile and the chip table; the CPU roof (default: NULL)
---   $peak_hbm_bytes_per_s  DOUBLE     peak HBM bandwidth (CPU: DRAM) for every device, bytes/s, overriding like $peak_flops_per_s (default: NULL)
+--   $peak_flops_per_s      DOUBLE     peak FLOP/s for every device, overriding the profile and the chip table; the CPU roof [range: 0<..] (default: NULL)
+--   $peak_hbm_bytes_per_s  DOUBLE     peak HBM bandwidth (CPU: DRAM) for every device, bytes/s, overriding like $peak_flops_per_s [range: 0<..] (default: NULL)
 --   $peak_source           VARCHAR    what an overridden peak's source column says, e.g. user or measured (default: 'user')
 --
 -- Columns:
@@ -20,11 +26,11 @@
 --   device_model  VARCHAR  devices.model (the smallest of the kind's devices that ran ops)
 --   hardware_chip  VARCHAR  the hardware_models chip matched on device_model, when one matches
 --   peak_flops_per_s  DOUBLE  the FLOP/s roof (matrix units at bf16/fp16 where the chip has them), FLOP/s
---   peak_flops_source  VARCHAR  profile, hardware_model, $peak_source, or NULL (unknown)
+--   peak_flops_source  VARCHAR  profile, hardware_model, hardware_model (profile below data sheet), $peak_source, or NULL (unknown)
 --   peak_fp32_flops_per_s  DOUBLE  the chip's fp32 roof, for ops computing in fp32 (NULL when $peak_flops_per_s is given: it is every op's roof), FLOP/s
 --   peak_fp8_flops_per_s  DOUBLE  the chip's fp8 roof, for ops computing in fp8 (NULL like peak_fp32_flops_per_s), FLOP/s
 --   peak_hbm_bytes_per_s  DOUBLE  the HBM roof, bytes/s
---   peak_hbm_source  VARCHAR  profile, hardware_model, $peak_source, or NULL (unknown)
+--   peak_hbm_source  VARCHAR  profile, hardware_model, hardware_model (profile below data sheet), $peak_source, or NULL (unknown)
 --   peak_vmem_read_bytes_per_s  DOUBLE  VMEM read roof from the profile, bytes/s
 --   peak_vmem_write_bytes_per_s  DOUBLE  VMEM write roof from the profile, bytes/s
 --   peak_cmem_read_bytes_per_s  DOUBLE  CMEM read roof from the profile, bytes/s
@@ -80,17 +86,27 @@ chip_peaks AS (
 )
 SELECT
     dp.profile_id, dp.device_kind, dp.device_model, cp.chip AS hardware_chip,
-    coalesce(p.peak_flops_override, dp.profile_flops, cp.peak_flops_per_s) AS peak_flops_per_s,
+    coalesce(p.peak_flops_override,
+        CASE WHEN NOT (dp.profile_flops_source = 'profile' AND dp.profile_flops < 0.99 * cp.peak_flops_per_s)
+             THEN dp.profile_flops END,
+        cp.peak_flops_per_s, dp.profile_flops) AS peak_flops_per_s,
     CASE
         WHEN p.peak_flops_override IS NOT NULL THEN p.override_source
+        WHEN dp.profile_flops_source = 'profile' AND dp.profile_flops < 0.99 * cp.peak_flops_per_s
+        THEN 'hardware_model (profile below data sheet)'
         WHEN dp.profile_flops IS NOT NULL THEN dp.profile_flops_source
         WHEN cp.peak_flops_per_s IS NOT NULL THEN 'hardware_model'
     END AS peak_flops_source,
     CASE WHEN p.peak_flops_override IS NULL THEN cp.peak_fp32_flops_per_s END AS peak_fp32_flops_per_s,
     CASE WHEN p.peak_flops_override IS NULL THEN cp.peak_fp8_flops_per_s END AS peak_fp8_flops_per_s,
-    coalesce(p.peak_hbm_override, dp.profile_hbm, cp.peak_hbm_bytes_per_s) AS peak_hbm_bytes_per_s,
+    coalesce(p.peak_hbm_override,
+        CASE WHEN NOT (dp.profile_hbm_source = 'profile' AND dp.profile_hbm < 0.99 * cp.peak_hbm_bytes_per_s)
+             THEN dp.profile_hbm END,
+        cp.peak_hbm_bytes_per_s, dp.profile_hbm) AS peak_hbm_bytes_per_s,
     CASE
         WHEN p.peak_hbm_override IS NOT NULL THEN p.override_source
+        WHEN dp.profile_hbm_source = 'profile' AND dp.profile_hbm < 0.99 * cp.peak_hbm_bytes_per_s
+        THEN 'hardware_model (profile below data sheet)'
         WHEN dp.profile_hbm IS NOT NULL THEN dp.profile_hbm_source
         WHEN cp.peak_hbm_bytes_per_s IS NOT NULL THEN 'hardware_model'
     END AS peak_hbm_source,

@@ -13,11 +13,13 @@
 -- Needs: ops: TPU XLA Ops, GPU kernels, or XLA ops on a host without accelerators
 --
 -- Parameters:
---   $high_utilization  DOUBLE  a profile whose HBM (compute) utilization is above this ... (default: 0.7)
---   $low_utilization   DOUBLE  ... and whose compute (HBM) utilization is below this is memory-bound (compute-bound); XProf's thresholds (default: 0.5)
---   $top  BIGINT  op rows kept per (profile, device kind), by self time; the profile rows' shares always cover every op; NULL for all (default: NULL)
+--   $high_utilization  DOUBLE  a profile whose HBM (compute) utilization is above this ... [range: 0..1] (default: 0.7)
+--   $low_utilization   DOUBLE  ... and whose compute (HBM) utilization is below this is memory-bound (compute-bound); XProf's thresholds [range: 0..1] (default: 0.5)
+--   $top  BIGINT  op rows kept per (profile, device kind), by self time; the profile rows' shares always cover every op; NULL for all [range: 1..] (default: NULL)
 --
 -- Passes: $peak_flops_per_s $peak_hbm_bytes_per_s $peak_source (to its includes, with their defaults and meaning)
+--
+-- Show: row_kind, profile_id, device_kind, op, category, classification, self_time_ps, time_share, operational_intensity, ridge_point, span_memory_bound_share, span_compute_bound_share
 --
 -- Columns:
 --   row_kind  VARCHAR  'op' or 'profile' (one per profile and device kind)
@@ -38,12 +40,14 @@
 --   ridge_point  DOUBLE  FLOP/byte (roofline)
 --   flop_utilization  DOUBLE  roofline.flop_utilization (profile rows: over device time)
 --   hbm_utilization  DOUBLE  roofline.hbm_utilization (profile rows: over device time)
---   memory_bound_share  DOUBLE  profile: share of device time in memory-bound ops
---   compute_bound_share  DOUBLE  profile: share of device time in compute-bound ops
---   no_cost_data_share  DOUBLE  profile: share of device time in ops without cost data
---   unknown_share  DOUBLE  profile: share of device time in ops with cost data that cannot be placed (unknown peaks)
---   collective_share  DOUBLE  profile: share of device time in collectives
---   idle_share  DOUBLE  profile: share of device time with no op running
+--   above_roof  BOOLEAN  roofline.above_roof: a utilization above 1
+--   above_roof_reason  VARCHAR  roofline.above_roof_reason
+--   span_memory_bound_share  DOUBLE  profile: share of the device time (device_time_ps: the ops' span, first op start to last op end) in memory-bound ops
+--   span_compute_bound_share  DOUBLE  profile: share of device time in compute-bound ops
+--   span_no_cost_data_share  DOUBLE  profile: share of device time in ops without cost data
+--   span_unknown_share  DOUBLE  profile: share of device time in ops with cost data that cannot be placed (unknown peaks)
+--   span_collective_share  DOUBLE  profile: share of device time in collectives
+--   span_idle_share  DOUBLE  profile: share of device time with no op running
 WITH roofline AS (
 -- @include ops.roofline
 ),
@@ -78,10 +82,10 @@ SELECT
     'op' AS row_kind, profile_id, device_kind, program_id, module, op, input_shapes, input_dtypes, category,
     classification, bound_by,
     self_time_ps, device_time_ps, self_time_share AS time_share, operational_intensity, ridge_point,
-    flop_utilization, hbm_utilization,
-    CAST(NULL AS DOUBLE) AS memory_bound_share, CAST(NULL AS DOUBLE) AS compute_bound_share,
-    CAST(NULL AS DOUBLE) AS no_cost_data_share, CAST(NULL AS DOUBLE) AS unknown_share,
-    CAST(NULL AS DOUBLE) AS collective_share, CAST(NULL AS DOUBLE) AS idle_share
+    flop_utilization, hbm_utilization, above_roof, above_roof_reason,
+    CAST(NULL AS DOUBLE) AS span_memory_bound_share, CAST(NULL AS DOUBLE) AS span_compute_bound_share,
+    CAST(NULL AS DOUBLE) AS span_no_cost_data_share, CAST(NULL AS DOUBLE) AS span_unknown_share,
+    CAST(NULL AS DOUBLE) AS span_collective_share, CAST(NULL AS DOUBLE) AS span_idle_share
 FROM classified
 QUALIFY CAST($top AS BIGINT) IS NULL
     OR row_number() OVER (PARTITION BY profile_id, device_kind ORDER BY self_time_ps DESC, program_id, op, input_shapes,
@@ -96,7 +100,7 @@ SELECT
         ELSE 'balanced'
     END,
     r.bound_by, r.self_time_ps, r.device_time_ps, r.self_time_share, r.operational_intensity, r.ridge_point,
-    r.flop_utilization, r.hbm_utilization,
+    r.flop_utilization, r.hbm_utilization, r.above_roof, r.above_roof_reason,
     coalesce(s.memory_ps, 0) / nullif(r.device_time_ps, 0),
     coalesce(s.compute_ps, 0) / nullif(r.device_time_ps, 0),
     coalesce(s.no_cost_ps, 0) / nullif(r.device_time_ps, 0),

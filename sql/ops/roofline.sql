@@ -35,9 +35,11 @@
 -- Needs: ops: TPU XLA Ops, GPU kernels, or XLA ops on a host without accelerators
 --
 -- Parameters:
---   $top                   BIGINT     op rows kept per (profile, device kind), by self time; NULL for all (default: NULL)
+--   $top                   BIGINT     op rows kept per (profile, device kind), by self time; NULL for all [range: 1..] (default: NULL)
 --
 -- Passes: $peak_flops_per_s $peak_hbm_bytes_per_s $peak_source (to ops._peaks, with its defaults and meaning)
+--
+-- Show: row_kind, profile_id, device_kind, op, category, occurrences, self_time_ps, self_time_share, flop_rate, hbm_bandwidth, operational_intensity, ridge_point, bound_by, roofline_efficiency
 --
 -- Columns:
 --   row_kind  VARCHAR  'op', 'program' (one program's total) or 'profile' (the profile's total on that device kind, XProf's Program row)
@@ -76,8 +78,8 @@
 --   peak_vmem_write_bytes_per_s  DOUBLE  VMEM write roof (profile stat), bytes/s
 --   peak_cmem_read_bytes_per_s  DOUBLE  CMEM read roof (profile stat), bytes/s
 --   peak_cmem_write_bytes_per_s  DOUBLE  CMEM write roof (profile stat), bytes/s
---   peak_flops_source  VARCHAR  profile, hardware_model, $peak_source, or NULL (unknown)
---   peak_hbm_source  VARCHAR  profile, hardware_model, $peak_source, or NULL (unknown)
+--   peak_flops_source  VARCHAR  ops._peaks.peak_flops_source
+--   peak_hbm_source  VARCHAR  ops._peaks.peak_hbm_source
 --   device_model  VARCHAR  devices.model of the device kind
 --   hardware_chip  VARCHAR  the hardware_models chip matched on device_model, when one matches
 --   ridge_point  DOUBLE  peak_flops_per_s / peak_hbm_bytes_per_s, FLOP/byte: ops left of it are HBM-bound
@@ -89,7 +91,8 @@
 --   cmem_write_utilization  DOUBLE  CMEM write bandwidth / its peak
 --   bound_by  VARCHAR  the resource with the highest utilization: compute, HBM, CMEM read, CMEM write, VMEM read, VMEM write; unknown when none is known and above 0 (ties: that order, as XProf)
 --   roofline_efficiency  DOUBLE  the highest utilization (XProf's roofline efficiency)
---   above_roof  BOOLEAN  the highest utilization is above 1: the op beats a roof, so the peaks are too low (a peak measured on a busy machine) or its costs too high
+--   above_roof  BOOLEAN  the highest utilization is above 1: the op beats a roof, so the peaks are too low (a peak measured on a busy machine) or its costs too high; its utilizations may then exceed 1
+--   above_roof_reason  VARCHAR  on rows above a roof: which roof, by how much, where its peak came from and what that means; NULL otherwise
 WITH params AS (
     SELECT
         CAST($top AS BIGINT) AS top_n
@@ -254,7 +257,16 @@ SELECT
         WHEN vmem_write_utilization = max_utilization THEN 'VMEM write'
     END AS bound_by,
     CASE WHEN max_utilization > 0 THEN max_utilization END AS roofline_efficiency,
-    max_utilization > 1 AS above_roof
+    max_utilization > 1 AS above_roof,
+    CASE WHEN max_utilization > 1 THEN
+        CASE WHEN flop_utilization = max_utilization
+             THEN 'compute above its roof (peak from ' || coalesce(peak_flops_source, 'unknown')
+                  || '): the peak is below what the op achieved, or its FLOPs are overcounted'
+             WHEN hbm_utilization = max_utilization
+             THEN 'HBM above its roof (peak from ' || coalesce(peak_hbm_source, 'unknown')
+                  || '): the peak is below what the op achieved, or its bytes are overcounted'
+             ELSE 'on-chip memory above its roof (peak from profile): the peak is below what the op achieved, or its bytes are overcounted'
+        END END AS above_roof_reason
 FROM bounded
 ORDER BY
     profile_id, device_kind,

@@ -1,10 +1,13 @@
 -- ops.top_ops: the operations that take the most time, per profile, device and track.
 -- Time is summed over every occurrence of an op on a track (an XSpace line such
 -- as XLA Ops); accelerator tracks only, or every track of a profile without
--- accelerators (JAX on CPU).
+-- accelerators (JAX on CPU). On a GPU, only GPU work counts (xprosql_gpu_work: no annotations,
+-- stream waits or CUPTI counter ranges), as in ops.roofline.
+--
+-- Needs: ops: TPU XLA Ops, GPU kernels or copies, or events of a profile without accelerators
 --
 -- Parameters:
---   $top  BIGINT  rows kept per (profile, device, track), by total time (default: 10)
+--   $top  BIGINT  rows kept per (profile, device, track), by total time [range: 1..] (default: 10)
 --
 -- Columns:
 --   profile_id  VARCHAR  profile (profiles.profile_id)
@@ -31,7 +34,7 @@ WITH per_op AS (
     FROM events AS e
     JOIN devices AS d USING (profile_id, device_id)
     JOIN tracks AS t USING (profile_id, device_id, track_id)
-    WHERE d.kind IN ('tpu', 'gpu') OR NOT EXISTS (
+    WHERE (d.kind = 'tpu' OR (d.kind = 'gpu' AND xprosql_gpu_work(e.category))) OR NOT EXISTS (
         SELECT 1 FROM devices AS dd WHERE dd.profile_id = e.profile_id AND dd.kind IN ('tpu', 'gpu')
     )
     GROUP BY ALL

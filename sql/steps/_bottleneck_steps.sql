@@ -61,8 +61,8 @@
 --   flops  DOUBLE  FLOPs of the ops starting in the step (events.flops)
 --   bytes_accessed  DOUBLE  bytes of the ops starting in the step (events.bytes_accessed)
 --   (the ten *_ps category columns sum to step_ps)
---   flop_capacity  DOUBLE  devices.peak_flops_per_s x step time: the FLOPs the device could do, FLOP
---   byte_capacity  DOUBLE  devices.peak_hbm_bytes_per_s x step time: the HBM bytes it could move, bytes
+--   flop_capacity  DOUBLE  peak FLOP/s x step time: the FLOPs the device could do, with the roofline's peak (ops._peaks), FLOP
+--   byte_capacity  DOUBLE  peak HBM bytes/s x step time: the HBM bytes it could move (ops._peaks), bytes
 WITH every_step AS (
 -- @include steps.steps
 ),
@@ -76,6 +76,10 @@ async_ops AS MATERIALIZED (
 ),
 memory_bound AS MATERIALIZED (
 -- @include ops.memory_bound
+),
+-- The roofs the roofline uses (one definition of each peak).
+peaks AS (
+-- @include ops._peaks
 ),
 step_devices AS (
     SELECT DISTINCT profile_id, device_id, device_kind FROM steps
@@ -300,10 +304,11 @@ step_rows AS (
         CAST(coalesce(t.host_wait_ps, 0) AS BIGINT) AS host_wait_ps,
         CAST(coalesce(t.idle_ps, 0) AS BIGINT) AS idle_ps,
         CAST(c.flops AS DOUBLE) AS flops, CAST(c.bytes_accessed AS DOUBLE) AS bytes_accessed,
-        d.peak_flops_per_s * w.wall_ps / 1e12 AS flop_capacity,
-        d.peak_hbm_bytes_per_s * w.wall_ps / 1e12 AS byte_capacity
+        pk.peak_flops_per_s * w.wall_ps / 1e12 AS flop_capacity,
+        pk.peak_hbm_bytes_per_s * w.wall_ps / 1e12 AS byte_capacity
     FROM steps AS w
-    JOIN devices AS d USING (profile_id, device_id)
+    LEFT JOIN (SELECT profile_id, CASE WHEN device_kind = 'cpu' THEN 'host' ELSE device_kind END AS device_kind,
+                      peak_flops_per_s, peak_hbm_bytes_per_s FROM peaks) AS pk USING (profile_id, device_kind)
     LEFT JOIN step_totals AS t USING (profile_id, device_id, step_index)
     LEFT JOIN step_costs AS c USING (profile_id, device_id, step_index)
 )

@@ -17,19 +17,21 @@
 -- Needs: a device that runs ops: TPU XLA Ops, GPU kernels or copies, or on a host without accelerators XLA ops or PyTorch cpu_ops
 --
 -- Parameters:
---   $collective_bound_share     DOUBLE   exposed collectives share that makes a step collective-bound; XProf (default: 0.3)
---   $data_transfer_bound_share  DOUBLE   exposed copy share that makes a step data-transfer-bound; XProf (default: 0.3)
---   $input_bound_share          DOUBLE   input wait share that makes a step highly input-bound; XProf (default: 0.2)
---   $input_moderate_share       DOUBLE   input wait share of a moderately input-bound step; XProf (default: 0.05)
---   $launch_bound_share         DOUBLE   launch overhead share that makes a step launch-bound (high); XProf (default: 0.15)
---   $launch_moderate_share      DOUBLE   launch overhead share of moderate launch overhead; XProf (default: 0.03)
---   $collective_high_share      DOUBLE   exposed collectives share reported as high; XProf (default: 0.15)
---   $collective_moderate_share  DOUBLE   exposed collectives share reported as moderate; XProf (default: 0.03)
---   $host_bound_share           DOUBLE   host wait share that makes a step host-bound; XProf (default: 0.5)
---   $scope                      VARCHAR  step or profile: only those rows; NULL for both (default: NULL)
---   $idle_share                 DOUBLE   idle share that makes idle the bottleneck; XProf's TensorCore idle (default: 0.1)
+--   $collective_bound_share     DOUBLE   exposed collectives share that makes a step collective-bound; XProf [range: 0..1] (default: 0.3)
+--   $data_transfer_bound_share  DOUBLE   exposed copy share that makes a step data-transfer-bound; XProf [range: 0..1] (default: 0.3)
+--   $input_bound_share          DOUBLE   input wait share that makes a step highly input-bound; XProf [range: 0..1] (default: 0.2)
+--   $input_moderate_share       DOUBLE   input wait share of a moderately input-bound step; XProf [range: 0..1] (default: 0.05)
+--   $launch_bound_share         DOUBLE   launch overhead share that makes a step launch-bound (high); XProf [range: 0..1] (default: 0.15)
+--   $launch_moderate_share      DOUBLE   launch overhead share of moderate launch overhead; XProf [range: 0..1] (default: 0.03)
+--   $collective_high_share      DOUBLE   exposed collectives share reported as high; XProf [range: 0..1] (default: 0.15)
+--   $collective_moderate_share  DOUBLE   exposed collectives share reported as moderate; XProf [range: 0..1] (default: 0.03)
+--   $host_bound_share           DOUBLE   host wait share that makes a step host-bound; XProf [range: 0..1] (default: 0.5)
+--   $scope                      VARCHAR  step or profile: only those rows; NULL for both [choices: step, profile] (default: NULL)
+--   $idle_share                 DOUBLE   idle share that makes idle the bottleneck; XProf's TensorCore idle [range: 0..1] (default: 0.1)
 --
 -- Passes: $input_events $prefer_async_line $peak_flops_per_s $peak_hbm_bytes_per_s $peak_source (to its includes, with their defaults and meaning)
+--
+-- Show: scope, profile_id, device, step_index, step_ps, primary_bottleneck, primary_share, runner_up, runner_up_share, evidence
 --
 -- Columns:
 --   scope  VARCHAR  step (one step on one device) or profile (all steps and devices of the profile)
@@ -69,8 +71,10 @@
 --   idle_share  DOUBLE  idle_ps / step_ps
 --   flops  DOUBLE  FLOPs of the ops starting in the step (events.flops)
 --   bytes_accessed  DOUBLE  bytes of the ops starting in the step (events.bytes_accessed)
---   flop_utilization  DOUBLE  flops / (device peak FLOP/s x step time); NULL without peaks or FLOPs
---   hbm_utilization  DOUBLE  bytes_accessed / (device peak HBM bytes/s x step time)
+--   flop_capacity  DOUBLE  peak FLOP/s x step time (ops._peaks: the roofline's roof): the FLOPs the devices could do, FLOP
+--   byte_capacity  DOUBLE  peak HBM bytes/s x step time: the bytes the devices could move, bytes
+--   step_flop_utilization  DOUBLE  flops / flop_capacity, over step time (ops.roofline's flop_utilization is over the ops' own time); NULL without peaks or FLOPs, 0..1
+--   step_hbm_utilization  DOUBLE  bytes_accessed / byte_capacity, over step time, 0..1
 --   primary_bottleneck  VARCHAR  compute_bound, memory_bound, device_compute, collective_bound, host_offload_bound,
 --                              data_transfer_bound, input_bound, launch_bound, host_bound or idle
 --   primary_share  DOUBLE  the primary's share of step_ps (host_offload_bound / data_transfer_bound: both copy shares)
@@ -194,8 +198,9 @@ SELECT
     l.exposed_host_offload_share, l.exposed_dma_share, l.launch_overhead_share, l.input_wait_share,
     l.host_wait_share, l.idle_share,
     CAST(l.flops AS DOUBLE) AS flops, CAST(l.bytes_accessed AS DOUBLE) AS bytes_accessed,
-    l.flops / nullif(l.flop_capacity, 0) AS flop_utilization,
-    l.bytes_accessed / nullif(l.byte_capacity, 0) AS hbm_utilization,
+    CAST(l.flop_capacity AS DOUBLE) AS flop_capacity, CAST(l.byte_capacity AS DOUBLE) AS byte_capacity,
+    l.flops / nullif(l.flop_capacity, 0) AS step_flop_utilization,
+    l.bytes_accessed / nullif(l.byte_capacity, 0) AS step_hbm_utilization,
     l.primary_bottleneck, l.primary_share, l.primary_ps,
     l.second.label AS runner_up, l.second.share AS runner_up_share,
     CASE WHEN l.input_wait_share >= x.input_high THEN 'high' WHEN l.input_wait_share >= x.input_moderate THEN 'moderate' ELSE 'low' END AS input_level,

@@ -8,6 +8,11 @@
 --                    tf.profiler.experimental.Trace(step_num=...)), for every device
 --   profiler_step    PyTorch `ProfilerStep#N` annotations on the host, for every device
 --   profile          none of these: the whole profile, [0, duration_ps), is one step
+--   unmarked         none of these on this device while other devices of the profile have their
+--                    own (steps_line, group_id): the whole profile as one step, but complete = false,
+--                    so step statistics leave the device out (the V100 sample's GPU:1 runs 34 us of
+--                    kernels in 2.6 s beside 21 ms steps on the other GPUs: its one "step" would be
+--                    the profile's longest). Its busy time stays visible on this row.
 -- A step is its marker's own interval, start to end as recorded: the Steps line
 -- event, the span of the ops of a group_id, the step annotation (its first start to
 -- its last end when several events carry the step number), the ProfilerStep#N
@@ -31,6 +36,8 @@
 --
 -- Parameters:
 --
+-- Show: profile_id, device, step_index, step, step_name, start_ps, wall_ps, busy_ps, idle_ps, busy_fraction
+--
 -- Columns:
 --   profile_id  VARCHAR  profile (profiles.profile_id)
 --   device_id  INTEGER  devices.device_id of the busy device
@@ -39,14 +46,14 @@
 --   step_index  BIGINT  0-based position of the step on its device, by start
 --   step  BIGINT  step number as recorded (step_num, group_id, N of ProfilerStep#N); NULL for source profile
 --   step_name  VARCHAR  step name as recorded (Steps line event or step_name stat, annotation name)
---   source  VARCHAR  where the step came from: steps_line, group_id, step_annotation, profiler_step, profile
+--   source  VARCHAR  where the step came from: steps_line, group_id, step_annotation, profiler_step, profile, unmarked
 --   start_ps  BIGINT  step start, ps from profiles.start_ns
 --   end_ps  BIGINT  step end: the marker's own end, ps
 --   wall_ps  BIGINT  end_ps - start_ps
 --   busy_ps  BIGINT  time inside the step when at least one op of the device runs, ps
 --   idle_ps  BIGINT  wall_ps - busy_ps
 --   busy_fraction  DOUBLE  busy_ps / wall_ps (XProf's duty cycle); NULL for an empty step
---   complete  BOOLEAN  false for a step XProf's overview drops as incomplete: the first or last of more than 5 on its device
+--   complete  BOOLEAN  false for a step XProf's overview drops as incomplete: the first or last of more than 5 on its device; false for source unmarked
 WITH chosen_profiles AS (
     SELECT p.profile_id, p.duration_ps FROM profiles AS p
 ),
@@ -141,7 +148,10 @@ candidates AS (
     SELECT b.profile_id, b.device_id, h.source_rank, h.source, h.step, h.step_name, h.raw_start_ps, h.raw_end_ps
     FROM host_steps AS h JOIN busy_devices AS b USING (profile_id)
     UNION ALL
-    SELECT b.profile_id, b.device_id, 5, 'profile', NULL, NULL, 0, p.duration_ps
+    SELECT b.profile_id, b.device_id, 5,
+        CASE WHEN b.profile_id IN (SELECT profile_id FROM steps_line UNION ALL SELECT profile_id FROM group_steps)
+             THEN 'unmarked' ELSE 'profile' END,
+        NULL, NULL, 0, p.duration_ps
     FROM busy_devices AS b JOIN chosen_profiles AS p USING (profile_id)
 ),
 chosen AS (
@@ -164,7 +174,7 @@ numbered AS (
 ),
 windows AS (
     SELECT profile_id, device_id, source, step, step_name, step_index, start_ps, end_ps,
-        NOT (device_steps > 5 AND (step_index = 0 OR step_index = device_steps - 1)) AS complete
+        source <> 'unmarked' AND NOT (device_steps > 5 AND (step_index = 0 OR step_index = device_steps - 1)) AS complete
     FROM numbered
 ),
 -- Busy intervals merged per device, with the busy time before each: busy time

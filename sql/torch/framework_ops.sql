@@ -21,6 +21,8 @@
 -- Parameters:
 --   $by_shapes  BOOLEAN  one row per (op, input shapes, input dtypes); false: one per op (default: true)
 --
+-- Show: profile_id, device_kind, op, input_shapes, occurrences, cpu_self_time_ps, kernel_time_ps, self_kernel_time_ps, gpu_time_share, flops, flop_rate, cost_source
+--
 -- Columns:
 --   profile_id  VARCHAR  profile (profiles.profile_id)
 --   device_id  INTEGER  devices.device_id: the GPU the op's subtree ran on, else the host

@@ -16,14 +16,15 @@ from xprosql.engine.result import Result
 __all__ = ["analyses", "describe"]
 
 _PARAMETER = pa.struct([("name", pa.string()), ("type", pa.string()), ("default", pa.string()),
-                        ("unit", pa.string()), ("description", pa.string())])
+                        ("unit", pa.string()), ("description", pa.string()), ("range", pa.string()),
+                        ("choices", pa.list_(pa.string()))])
 _COLUMN = pa.struct([("name", pa.string()), ("type", pa.string()), ("unit", pa.string()), ("description", pa.string())])
 
 
 def analyses() -> Result:
     """One row per public analysis: ``analysis`` (id to run it by), ``area``, ``description``, ``fleet``
-    (rows compare profiles), ``needs`` (what a profile must hold to have rows), ``parameters`` (name, type, default as SQL, unit, description; a NULL
-    default means required) and ``columns`` (name, type, unit, description)."""
+    (rows compare profiles), ``needs`` (what a profile must hold to have rows), ``parameters`` (name, type, default as SQL, unit, description, and the
+    values it takes: range as ``LOW..HIGH``, choices; a NULL default means required) and ``columns`` (name, type, unit, description)."""
     lib = library()
     rows = []
     for module in lib.public():
@@ -31,7 +32,9 @@ def analyses() -> Result:
             "analysis": module.id, "area": module.area, "description": module.description, "fleet": module.fleet,
             "needs": module.needs,
             "parameters": [{"name": p.name, "type": p.sql_type, "default": p.default_sql, "unit": p.unit,
-                            "description": p.description} for p in lib.parameters(module.id).values()],
+                            "description": p.description, "range": str(p.range) if p.range else None,
+                            "choices": list(p.choices) if p.choices else None}
+                           for p in lib.parameters(module.id).values()],
             "columns": [{"name": c.name, "type": c.sql_type, "unit": c.unit, "description": c.description}
                         for c in module.columns],
         })
@@ -50,7 +53,8 @@ def describe(name: str) -> str:
     lines += ["", "parameters:"]
     for p in lib.parameters(module.id).values():
         default = "required" if p.required else f"default {p.default_sql}"
-        lines.append(f"  {p.name:<28} {p.sql_type:<10} {p.unit or '':<8} {p.description} ({default})")
+        tags = f" {p.tags}" if p.tags else ""
+        lines.append(f"  {p.name:<28} {p.sql_type:<10} {p.unit or '':<8} {p.description}{tags} ({default})")
     if not lib.parameters(module.id):
         lines.append("  (none)")
     lines += ["", "columns:"]

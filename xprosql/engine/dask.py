@@ -18,6 +18,7 @@ Example:
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Mapping
 from typing import Any
 
@@ -43,5 +44,9 @@ class DaskBackend:
         return snapshot.shares(workers * SHARES_PER_WORKER) or [snapshot]
 
     def run(self, shares: list[Snapshot], sql: str, params: Mapping[str, Any]) -> list[pa.Table]:
-        futures = self.client.map(run_on_share, shares, sql=sql, params=dict(params) or None, pure=False)
+        # The query rides in the task's function, not as keyword arguments of map: with the bottleneck queries'
+        # text as `sql=`, the scheduler failed to place the tasks (an AssertionError on a task keyed 'sql', and a
+        # hang), while a partial runs.
+        task = functools.partial(run_on_share, sql=sql, params=dict(params) or None)
+        futures = self.client.map(task, shares, pure=False)
         return list(self.client.gather(futures))

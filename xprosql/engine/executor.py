@@ -197,6 +197,7 @@ class Engine:
         """
         module = self.library.module(name)
         bound = self.library.bind(module.id, params)
+        self._check_profile_ids(module.id, bound)
         snapshot = self.restricted(profiles)
         failure = f"analysis {module.id} failed with {_describe(bound)}"
         try:
@@ -207,6 +208,18 @@ class Engine:
         if module.needs is not None:
             result._expected = (module.id, module.needs, lambda: self._source_names(snapshot.profile_ids))
         return result
+
+    def _check_profile_ids(self, module_id: str, bound: Mapping[str, Any]) -> None:
+        """Values declared ``[choices: profiles.profile_id]`` must be profiles of this warehouse: an id it lacks
+        (a typo, another warehouse's) would select nothing and the analysis return no rows, silently."""
+        for name, parameter in self.library.parameters(module_id).items():
+            value = bound[name]
+            if not parameter.profile_ids or value is None:
+                continue
+            missing = sorted(set(value if isinstance(value, list) else [value]) - set(self.snapshot.profile_ids))
+            if missing:
+                raise ParameterError(f"{module_id}: ${name}: profiles not in the warehouse {self.snapshot.root}: "
+                                     f"{', '.join(missing)}")
 
     def _source_names(self, profile_ids: Sequence[str]) -> dict[str, str]:
         """Profile id -> the file it was ingested from (its name), to name profiles to a user."""

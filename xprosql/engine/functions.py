@@ -19,6 +19,10 @@
   ``cudaLaunchKernelExC``, MTIA's ``runFunction``; ``cudaMemcpyAsync``, ``cudaMemsetAsync``) or
   its ROCm counterpart (``hip[Ext][Module]LaunchKernel``, ``hipGraphLaunch``; ``hipMemcpy*``,
   ``hipMemset*``), else NULL (docs/reference.md, AMD GPUs). One list for every analysis.
+* ``xprosql_gpu_work(category VARCHAR)``: whether an event on a GPU's line is work the GPU ran (a kernel,
+  copy, memset, an XSpace stream op) rather than an annotation, a stream wait, a host event sharing the GPU's
+  pid, or a CUPTI counter range (which spans the replays that collect its metrics, not the kernel's run). One
+  definition, so ops.roofline, ops.top_ops and the steps count the same GPU work.
 * ``xprosql_torch_cost(op, input_dims, input_types, concrete_inputs VARCHAR)``: FLOPs, bytes, rule and
   dtype class of one call of a PyTorch op from the shapes Kineto records (JSON text of its ``Input Dims``,
   ``Input type`` and ``Concrete Inputs`` args), by the rules of :mod:`xprosql.models.torch_costs`, and whether
@@ -168,13 +172,21 @@ _LAUNCH_KIND = """CASE
 END"""
 
 
+# Kineto categories of events on a GPU's lines that are no GPU work (xprosql_gpu_work).
+_NOT_GPU_WORK = ", ".join(f"'{c}'" for c in (
+    "gpu_user_annotation", "cuda_sync", "python_function", "cpu_op", "user_annotation", "cpu_instant_event",
+    "cuda_runtime", "cuda_driver", "cuda_profiler_range", "pm_sampling"))
+
+
 def register_functions(con: duckdb.DuckDBPyConnection) -> None:
-    """Add ``xprosql_memory_access``, ``xprosql_collective``, ``xprosql_launch_kind``, ``xprosql_torch_cost`` and
+    """Add ``xprosql_memory_access``, ``xprosql_collective``, ``xprosql_launch_kind``, ``xprosql_gpu_work``,
+    ``xprosql_torch_cost`` and
     ``hardware_models`` to a DuckDB connection."""
     con.execute(f"CREATE MACRO _xprosql_collective_kind(raw) AS {_COLLECTIVE_KINDS}")
     con.execute("CREATE MACRO xprosql_collective(name, category) AS "
                 f"_xprosql_collective_kind(lower(regexp_replace({_COLLECTIVE_NAME}, '[^A-Za-z]', '', 'g')))")
     con.execute(f"CREATE MACRO xprosql_launch_kind(name) AS {_LAUNCH_KIND}")
+    con.execute(f"CREATE MACRO xprosql_gpu_work(category) AS coalesce(category, '') NOT IN ({_NOT_GPU_WORK})")
     con.create_function(  # type: ignore[call-overload]  # duckdb's stubs know no arrow UDF
         "xprosql_memory_access", _memory_access_udf, ["BLOB"], _SQL_TYPE, type="arrow", side_effects=False
     )

@@ -102,17 +102,23 @@ class Result:
         return self._table
 
     def _name_profiles_without_rows(self, table: pa.Table) -> None:
-        if self._expected is None or "profile_id" not in table.column_names:
+        if self._expected is None:
             return
         module_id, needs, profiles = self._expected
+        if "profile_id" not in table.column_names:  # a fleet analysis: its rows are not per profile
+            if table.num_rows == 0:
+                self._note(f"{module_id}: no rows over {len(profiles())} profiles: it needs {needs}")
+            return
         present = set(pc.unique(table.column("profile_id")).to_pylist())
         names = profiles()
         missing = sorted(name for profile_id, name in names.items() if profile_id not in present)
         if missing:
             shown = ", ".join(missing[:3]) + (f" and {len(missing) - 3} more" if len(missing) > 3 else "")
-            note = f"{module_id}: no rows for {len(missing)} of {len(names)} profiles ({shown}): it needs {needs}"
-            self.notes.append(note)
-            warnings.warn(note, NotApplicableWarning, stacklevel=4)
+            self._note(f"{module_id}: no rows for {len(missing)} of {len(names)} profiles ({shown}): it needs {needs}")
+
+    def _note(self, note: str) -> None:
+        self.notes.append(note)
+        warnings.warn(note, NotApplicableWarning, stacklevel=5)
 
     def pl(self) -> polars.DataFrame:
         import polars

@@ -1,12 +1,18 @@
 """When a file is decoded by the numba-compiled decoders, and saying so before they compile.
 
-Both decoders of each format give the same tables; the compiled ones are three times faster per
-byte but cost a fixed price in each process: loading their machine code from numba's cache
-(about 0.7 s of CPU), or compiling it on the first run after an install (8-10 s of one core). So a
-process that has not loaded them yet decodes a file below :data:`COMPILED_MIN_BYTES` without them,
-and switches once it has decoded that much (a batch worker pays the price once, for many files).
-A compilation is announced on stderr before it starts. ``XPROSQL_COMPILED=always`` or ``never``
-overrides the choice (``XPROSQL_PURE_PYTHON`` is ``never``).
+Both decoders of each format give the same tables; the compiled ones are about three times faster
+per byte but cost a fixed price in each process: loading their machine code from numba's cache
+(about 0.7 s of CPU), or compiling it on the first run after an install (8-10 s of one core). The
+choice is made per file:
+
+* a file of at least :data:`COMPILED_MIN_BYTES` (the crossover of one process's CPU time) is decoded
+  by the compiled decoder, compiling it first when numba's cache has no machine code for it (said on
+  stderr before it starts, naming the file);
+* a smaller file never waits for a compilation: it is decoded without the compiled decoder, unless
+  this process has already loaded it, or has already decoded a crossover's worth of small files of
+  the format and finds the machine code cached (loading it then pays for itself on the files to come:
+  a batch of small files on a warm cache);
+* ``XPROSQL_COMPILED=always`` or ``never`` overrides the choice (``XPROSQL_PURE_PYTHON`` is ``never``).
 
 Example:
     >>> use_compiled("xspace", 900_000)      # doctest: +SKIP
@@ -19,6 +25,7 @@ import importlib
 import importlib.util
 import os
 import sys
+from types import ModuleType
 from typing import Literal
 
 __all__ = ["COMPILED_MIN_BYTES", "Format", "available", "use_compiled"]
@@ -30,10 +37,12 @@ Format = Literal["xspace", "kineto"]
 COMPILED_MIN_BYTES: dict[str, int] = {"xspace": 4 << 20, "kineto": 3 << 19}
 _MODULES: dict[str, str] = {"xspace": "xprosql.ingest._xspace_numba", "kineto": "xprosql.ingest._kineto_scan"}
 _LABELS: dict[str, str] = {"xspace": "XSpace decoder", "kineto": "Kineto JSON scanner"}
+_FILES: dict[str, str] = {"xspace": "XSpace files", "kineto": "Kineto traces"}
 # What compiling each takes on one core of the 2-core benchmark machine (benchmarks/RESULTS.md, "first run").
 _COMPILE_SECONDS: dict[str, int] = {"xspace": 8, "kineto": 10}
 
 _loaded: set[str] = set()
+_not_cached: set[str] = set()
 _decoded_without: dict[str, int] = {}
 
 
@@ -44,32 +53,48 @@ def available() -> bool:
     return importlib.util.find_spec("numba") is not None
 
 
-def use_compiled(kind: Format, size: int, *, needed: bool = False) -> bool:
-    """Whether to decode a ``kind`` file of ``size`` bytes with the compiled decoder (announcing a compile).
+def use_compiled(kind: Format, size: int, *, needed: bool = False, source: str | None = None) -> bool:
+    """Whether to decode the ``kind`` file ``source`` of ``size`` bytes with the compiled decoder (see the module).
 
-    ``needed``: only the compiled decoder can do it (a mapped file, decoded a chunk at a time)."""
+    ``needed``: only the compiled decoder can do it (a mapped file, decoded a chunk at a time). A
+    compilation this causes is announced on stderr first."""
     if not available():
         return False
-    done = _decoded_without.get(kind, 0)
-    small = done + size < COMPILED_MIN_BYTES[kind]
-    if kind not in _loaded and not needed and os.environ.get("XPROSQL_COMPILED") != "always" and small:
-        _decoded_without[kind] = done + size
-        return False
-    if kind not in _loaded:
+    if kind in _loaded:
+        return True
+    forced = os.environ.get("XPROSQL_COMPILED") == "always"
+    if forced or needed or size >= COMPILED_MIN_BYTES[kind]:
+        why = "XPROSQL_COMPILED=always" if forced else "only the compiled decoder streams a mapped file" if needed else None
         _loaded.add(kind)
-        _announce_compile(kind)
-    return True
+        _announce_compile(kind, size, source, why)
+        return True
+    # A small file: never a compilation for it; a cached decoder only once enough bytes went without it.
+    done = _decoded_without[kind] = _decoded_without.get(kind, 0) + size
+    if done < COMPILED_MIN_BYTES[kind] or kind in _not_cached:
+        return False
+    if not _missing(importlib.import_module(_MODULES[kind])):
+        _loaded.add(kind)
+        return True
+    _not_cached.add(kind)
+    return False
 
 
-def _announce_compile(kind: str) -> None:
-    # numba writes an index file per compiled function into its cache; without one it compiles.
-    module = importlib.import_module(_MODULES[kind])
+def _missing(module: ModuleType) -> list[str] | None:
+    """The compiled functions of ``module`` numba's cache holds no valid machine code for (it would compile
+    them on their first call); None when this numba's cache cannot be read (then assume all are missing)."""
     try:
-        missing = [name for name, value in vars(module).items()
-                   if getattr(value, "_cache", None) is not None and not os.path.exists(value._cache._cache_file._index_path)]
-    except AttributeError:  # a numba whose cache we cannot read: say nothing rather than guess
+        # An index whose source stamp or numba version differs loads as empty: numba recompiles then.
+        return [name for name, value in vars(module).items()
+                if getattr(value, "_cache", None) is not None and not value._cache._cache_file._load_index()]
+    except (AttributeError, OSError):
+        return None
+
+
+def _announce_compile(kind: str, size: int, source: str | None, why: str | None) -> None:
+    missing = _missing(importlib.import_module(_MODULES[kind]))
+    if not missing:  # cached (or a numba whose cache we cannot read: say nothing rather than guess)
         return
-    if missing:
-        print(f"xprosql: compiling the {_LABELS[kind]} with numba ({len(missing)} functions); this happens once per "
-              f"install and takes about {_COMPILE_SECONDS[kind]} s; files under {COMPILED_MIN_BYTES[kind] / 2**20:g} MB never wait for it",
-              file=sys.stderr, flush=True)
+    which = f"{source} ({size / 2**20:.1f} MB)" if source else f"a {size / 2**20:.1f} MB file"
+    reason = f"; {why}" if why else f"; {_FILES[kind]} under {COMPILED_MIN_BYTES[kind] / 2**20:g} MB never wait for it"
+    print(f"xprosql: compiling the {_LABELS[kind]} with numba ({len(missing)} functions) to decode {which}: once per "
+          f"install, about {_COMPILE_SECONDS[kind]} s{reason}", file=sys.stderr, flush=True)

@@ -101,7 +101,7 @@ def decode_kineto(data: bytes, *, source: str) -> Iterator[tuple[str, pa.RecordB
 
 def _decode(data: bytes, source: str) -> list[tuple[str, pa.RecordBatch]] | Iterator[tuple[str, pa.RecordBatch]]:
     """The columnar path when numba is there (as for XSpace) and the trace is regular, else the per-event one."""
-    if use_compiled("kineto", len(data)):
+    if use_compiled("kineto", len(data), source=source):
         from xprosql.ingest import _kineto_columnar
 
         try:

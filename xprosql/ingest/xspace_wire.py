@@ -136,7 +136,7 @@ def read_raw(data: bytes, *, source: str, chunk_bytes: int | None = None) -> Raw
     chunks of about ``chunk_bytes`` (default CHUNK_BYTES)."""
     # A mapped file is larger than half the free memory: only the compiled walk streams it.
     mapped = isinstance(data, mmap.mmap)
-    read = read_raw_fast if _compiled.use_compiled("xspace", len(data), needed=mapped) else read_raw_python
+    read = read_raw_fast if _compiled.use_compiled("xspace", len(data), needed=mapped, source=source) else read_raw_python
     return read(data, source=source, chunk_bytes=chunk_bytes)
 
 

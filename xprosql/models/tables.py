@@ -296,7 +296,7 @@ TABLES: dict[str, pa.Schema] = {
         _col("requested_bytes", pa.int64(), "bytes asked for (XSpace)", "bytes"),
         _col("address", pa.int64(), "the block's address"),
         _col("in_use_bytes", pa.int64(), "the allocator's bytes in use after the event", "bytes"),
-        _col("reserved_bytes", pa.int64(), "the allocator's bytes reserved after the event", "bytes"),
+        _col("reserved_bytes", pa.int64(), "the bytes the allocator holds after the event, at least in_use_bytes (Kineto Total Reserved; XSpace heap in use plus stack reserved)", "bytes"),
         _col("allocator_peak_bytes", pa.int64(), "the allocator's own peak in use so far (XSpace peak_bytes_in_use)", "bytes"),
         _col("fragmentation", pa.float64(), "the allocator's fragmentation after the event (XSpace)"),
         _col("op", pa.string(), "the op that asked for it (XSpace tf_op)"),

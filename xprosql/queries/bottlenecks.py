@@ -20,7 +20,6 @@ from collections.abc import Sequence
 from typing import Literal
 
 from xprosql.engine import Engine, Result
-from xprosql.errors import ParameterError
 from xprosql.queries._params import Profiles, given
 
 __all__ = [
@@ -128,8 +127,7 @@ def bottlenecks(
     Example:
         >>> bottlenecks(run.engine, scope="profile", collective_bound_share=0.25).pl()  # doctest: +SKIP
     """
-    if scope not in (None, "step", "profile"):
-        raise ParameterError(f"scope must be 'step', 'profile' or None, not {scope!r}")
+    # scope, the shares and the peaks are checked by the header's [choices: ...] and [range: ...], as for every caller.
     return engine.analysis("steps.bottlenecks", profiles=profiles, **given(
         scope=scope, peak_flops_per_s=peak_flops_per_s, peak_hbm_bytes_per_s=peak_hbm_bytes_per_s,
         peak_source=peak_source, collective_bound_share=collective_bound_share,

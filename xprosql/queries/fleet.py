@@ -14,6 +14,7 @@ Example:
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Literal
 
 import polars as pl
@@ -22,26 +23,35 @@ from xprosql.engine import Engine, Result
 from xprosql.errors import ParameterError
 from xprosql.queries._params import given
 
-__all__ = ["CompareBy", "compare", "regressions", "worst"]
+__all__ = ["Cohort", "CompareBy", "compare", "regressions", "worst"]
 
+# A cohort: a SQL expression on the profiles table (tags, hosts, times), or the profile ids themselves.
+Cohort = str | Iterable[str]
 # What two cohorts are compared by: op, HLO category or module (roofline rows), or bottleneck category.
 CompareBy = Literal["op", "category", "module", "bottleneck"]
 # fleet.profile_summary columns where a low value is the bad one.
-_LOW_IS_BAD = ("busy_fraction", "flop_utilization", "hbm_utilization")
+_LOW_IS_BAD = ("busy_fraction", "step_flop_utilization", "step_hbm_utilization")
 
 
-def _cohort(engine: Engine, label: str, where: str) -> list[str]:
-    ids = engine.profiles_where(where)
+def _cohort(engine: Engine, label: str, cohort: Cohort) -> list[str]:
+    """The profile ids of a cohort: those whose profiles row satisfies an expression, or those given (each in
+    the warehouse); never none, which would compare against nothing."""
+    if isinstance(cohort, str):
+        ids = engine.profiles_where(cohort)
+        if not ids:
+            raise ParameterError(f"{label} cohort is empty: no profile satisfies {cohort!r}")
+        return ids
+    ids = list(dict.fromkeys(cohort))  # each checked by the analysis: a profile of the warehouse
     if not ids:
-        raise ParameterError(f"{label} cohort is empty: no profile satisfies {where!r}")
+        raise ParameterError(f"{label} cohort is empty: give a SQL expression on profiles or profile ids")
     return ids
 
 
 def compare(
     engine: Engine,
     *,
-    baseline: str,
-    candidate: str,
+    baseline: Cohort,
+    candidate: Cohort,
     by: CompareBy = "op",
     peak_flops_per_s: float | None = None,
     peak_hbm_bytes_per_s: float | None = None,
@@ -49,13 +59,17 @@ def compare(
 ) -> Result:
     """Two cohorts side by side, the largest change in time per profile first.
 
-    ``baseline`` and ``candidate`` are SQL expressions on ``profiles`` (tags, time ranges, hosts).
+    ``baseline`` and ``candidate`` are each a SQL expression on ``profiles`` (tags, time ranges, hosts: one
+    expression, as a ``WHERE`` takes it), or the profile ids themselves (a list; the ids the analysis module
+    ``fleet.compare`` takes). ``xprosql compare DIR --baseline SQL --candidate SQL`` is the same on the command
+    line. A cohort that selects no profile raises ParameterError.
     ``by``: ``"op"``, ``"category"`` or ``"module"`` (``sql/fleet/compare.sql``: time per profile in ps,
     share, FLOP rate, HBM bandwidth), or ``"bottleneck"`` (``sql/fleet/compare_bottlenecks.sql``: the
     step-time categories of the bottleneck analysis). Peaks (FLOP/s, bytes/s) as in the roofline.
 
     Example:
         >>> compare(run.engine, baseline="tags['commit'] = 'a1'", candidate="tags['commit'] = 'b2'").pl()  # doctest: +SKIP
+        >>> compare(run.engine, baseline=["3fa2c0de12345678"], candidate="host LIKE 'tpu-%'", by="category").pl()  # doctest: +SKIP
     """
     if by not in ("op", "category", "module", "bottleneck"):
         raise ParameterError(f"by must be op, category, module or bottleneck, not {by!r}")
@@ -99,8 +113,8 @@ def worst(
 
     * ``by="step"``: the longest steps (``sql/fleet/worst_steps.sql``).
     * ``analysis=None``: profiles by a column of ``sql/fleet/profile_summary.sql`` (step_time_ps,
-      max_step_time_ps, memory_bound_share, idle_share, ...; ``busy_fraction``, ``flop_utilization``
-      and ``hbm_utilization`` rank smallest first, since low is bad).
+      max_step_time_ps, memory_bound_share, idle_share, ...; ``busy_fraction``, ``step_flop_utilization``
+      and ``step_hbm_utilization`` rank smallest first, since low is bad).
     * ``analysis="NAME"``: the rows of any analysis by any of its columns, e.g.
       ``worst(engine, analysis="roofline", by="self_time_ps")``; ``scope`` keeps the rows whose
       ``scope`` column says so (bottlenecks: ``step`` or ``profile``).

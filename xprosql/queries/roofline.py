@@ -31,7 +31,7 @@ from xprosql.engine.functions import decode_memory_access_breakdown
 from xprosql.engine.library import library
 from xprosql.queries._params import Profiles, given
 
-__all__ = ["ROOFLINE_KEYS", "memory_bound", "plot_roofline", "roofline", "roofline_polars"]
+__all__ = ["ROOFLINE_KEYS", "memory_bound", "plot_roofline", "require_matplotlib", "roofline", "roofline_polars"]
 
 # A roofline row is identified by these columns.
 ROOFLINE_KEYS = ["row_kind", "profile_id", "device_kind", "program_id", "op"]
@@ -469,6 +469,15 @@ def roofline_polars(
         bound.otherwise(None).alias("bound_by"),
         pl.when(pl.col("max_utilization") > 0).then(pl.col("max_utilization")).otherwise(None).alias("roofline_efficiency"),
         (pl.col("max_utilization") > 1).alias("above_roof"),
+        pl.when(pl.col("max_utilization") <= 1).then(None)
+        .when(pl.col("flop_utilization") == pl.col("max_utilization"))
+        .then(pl.format("compute above its roof (peak from {}): the peak is below what the op achieved, or its FLOPs are "
+                        "overcounted", pl.col("peak_flops_source").fill_null("unknown")))
+        .when(pl.col("hbm_utilization") == pl.col("max_utilization"))
+        .then(pl.format("HBM above its roof (peak from {}): the peak is below what the op achieved, or its bytes are "
+                        "overcounted", pl.col("peak_hbm_source").fill_null("unknown")))
+        .otherwise(pl.lit("on-chip memory above its roof (peak from profile): the peak is below what the op achieved, or "
+                          "its bytes are overcounted")).alias("above_roof_reason"),
         (pl.col("self_time_ps") / pl.when(pl.col("device_time_ps") != 0).then(pl.col("device_time_ps"))).alias("self_time_share"),
         (pl.col("flops") / pl.when(pl.col("bytes_accessed") != 0).then(pl.col("bytes_accessed"))).alias("operational_intensity"),
         (pl.col("flops") / pl.when(pl.col("hbm_bytes") != 0).then(pl.col("hbm_bytes"))).alias("hbm_operational_intensity"),
@@ -483,7 +492,7 @@ def roofline_polars(
         "peak_cmem_read_bytes_per_s", "peak_cmem_write_bytes_per_s", "peak_flops_source", "peak_hbm_source",
         "device_model", "hardware_chip", "ridge_point", "flop_utilization", "hbm_utilization",
         "vmem_read_utilization", "vmem_write_utilization", "cmem_read_utilization", "cmem_write_utilization",
-        "bound_by", "roofline_efficiency", "above_roof",
+        "bound_by", "roofline_efficiency", "above_roof", "above_roof_reason",
     ]
     order = pl.col("row_kind").replace_strict({"profile": 0, "program": 1, "op": 2}, return_dtype=pl.Int8)
     return (
@@ -531,6 +540,16 @@ def _op_label(row: Mapping[str, Any]) -> str:
     return f"{name} {'x'.join(tensors)}" if tensors else name
 
 
+def require_matplotlib() -> None:
+    """Raise ImportError, one line saying what to install, unless matplotlib (the ``plot`` extra) is importable:
+    what ``xprosql roofline --out chart.png`` asks before it does any work."""
+    try:
+        import matplotlib  # noqa: F401  (the package alone: pyplot loads when drawing)
+    except ImportError as exc:
+        raise ImportError("a PNG, SVG or PDF roofline chart needs matplotlib: pip install 'xprosql[plot]' "
+                          "(or write --out chart.html, drawn with plotly, which xprosql installs)") from exc
+
+
 def plot_roofline(
     frame: pl.DataFrame,
     out: str | os.PathLike[str],
@@ -554,13 +573,11 @@ def plot_roofline(
     Example:
         >>> plot_roofline(run.roofline().pl(), "roofline.png")              # doctest: +SKIP
     """
-    try:
-        import matplotlib
+    require_matplotlib()
+    import matplotlib
 
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError as exc:  # pragma: no cover - depends on the environment
-        raise ImportError("the roofline chart needs matplotlib: pip install 'xprosql[plot]'") from exc
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
 
     profiles = frame.filter(pl.col("row_kind") == "profile")
     if profile_id is not None:

@@ -1,0 +1,79 @@
+"""Which files the numba-compiled decoders decode (xprosql/ingest/_compiled.py): chosen per file, and a
+file under the crossover never waits for a compilation (issue 30, item 2)."""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from xprosql.ingest import _compiled
+
+DATA = Path(__file__).parent / "data"
+needs_numba = pytest.mark.skipif(importlib.util.find_spec("numba") is None, reason="numba is not installed")
+
+
+@pytest.fixture
+def fresh(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A process that has loaded no compiled decoder and decoded nothing yet, with the choice left to xprosql."""
+    monkeypatch.setattr(_compiled, "_loaded", set())
+    monkeypatch.setattr(_compiled, "_not_cached", set())
+    monkeypatch.setattr(_compiled, "_decoded_without", {})
+    monkeypatch.delenv("XPROSQL_COMPILED", raising=False)
+    monkeypatch.delenv("XPROSQL_PURE_PYTHON", raising=False)
+
+
+@needs_numba
+@pytest.mark.usefixtures("fresh")
+def test_small_files_never_compile(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.setattr(_compiled, "_missing", lambda module: ["fill"])  # nothing cached: it would compile
+    assert not any(_compiled.use_compiled("xspace", 3 << 20, source=f"{i}.xplane.pb") for i in range(10))
+    assert capsys.readouterr().err == ""
+
+
+@needs_numba
+@pytest.mark.usefixtures("fresh")
+def test_small_files_load_cached_code_once_they_repay_it(monkeypatch: pytest.MonkeyPatch,
+                                                         capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.setattr(_compiled, "_missing", lambda module: [])  # machine code cached: loading costs ~0.7 s
+    choices = [_compiled.use_compiled("kineto", 1 << 19) for _ in range(5)]
+    assert choices == [False, False, True, True, True]  # 1.5 MB decoded without it, then with it
+    assert capsys.readouterr().err == ""
+
+
+@needs_numba
+@pytest.mark.usefixtures("fresh")
+def test_a_large_file_compiles_and_says_which(monkeypatch: pytest.MonkeyPatch,
+                                              capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.setattr(_compiled, "_missing", lambda module: ["fill", "layout"])
+    assert not _compiled.use_compiled("xspace", 1 << 20, source="small.xplane.pb")
+    assert _compiled.use_compiled("xspace", 5 << 20, source="big.xplane.pb")
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "compiling the XSpace decoder with numba (2 functions) to decode big.xplane.pb (5.0 MB)" in err
+    assert "XSpace files under 4 MB never wait for it" in err
+    assert _compiled.use_compiled("xspace", 1 << 10)  # loaded now: small files use it too, silently
+    assert capsys.readouterr().err == ""
+
+
+@needs_numba
+def test_a_batch_of_small_samples_compiles_nothing(tmp_path: Path) -> None:
+    """Samples whose sizes add up past both crossovers (4.4 MB of XSpace, 2 MB of Kineto), every file under
+    its own, as a first ingest after an install: an empty numba cache stays empty, and nothing is announced."""
+    kineto = [DATA / "kineto" / f"{name}.json.gz" for name in ("a100_nccl_rank0", "b200_eager_nccl_rank0", "h100_qwen1.5_0.5b")]
+    assert sum(path.stat().st_size for path in kineto) > _compiled.COMPILED_MIN_BYTES["kineto"]
+    assert sum(path.stat().st_size for path in (DATA / "xspace").glob("*.xplane.pb")) > _compiled.COMPILED_MIN_BYTES["xspace"]
+    cache = tmp_path / "numba"
+    env = {**os.environ, "NUMBA_CACHE_DIR": str(cache)}
+    env.pop("XPROSQL_COMPILED", None)
+    env.pop("XPROSQL_PURE_PYTHON", None)
+    done = subprocess.run([sys.executable, "-m", "xprosql.cli", "ingest", str(DATA / "xspace"), *map(str, kineto),
+                           "--into", str(tmp_path / "run"), "--quiet", "--compact", "never"],
+                          env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert "7 ingested" in done.stdout + done.stderr
+    assert "compiling" not in done.stderr
+    assert not cache.exists() or not any(path.is_file() for path in cache.rglob("*"))
