@@ -11,7 +11,7 @@ A golden file ``tests/golden/<module id>.csv`` holds, for the module run with it
 
 Regenerate after a deliberate change, then review the diff (``git diff tests/golden``)::
 
-    python tests/golden.py
+    python tests/golden.py [MODULE_ID_PREFIX ...]       # e.g. diagnose. (default: every module)
 """
 
 from __future__ import annotations
@@ -120,7 +120,7 @@ def differences(expected: str, actual: str) -> list[str]:
     return found[:20]
 
 
-def regenerate() -> None:
+def regenerate(prefixes: tuple[str, ...] = ("",)) -> None:
     sys.path.insert(0, str(Path(__file__).resolve().parent))
     from conftest import ALL_SAMPLES, cohort_parameters
 
@@ -131,6 +131,8 @@ def regenerate() -> None:
         assert report.ok, str(report)
         with xprosql.load(root) as run:
             for module_id in library().modules:
+                if not module_id.startswith(prefixes):
+                    continue
                 arguments = cohort_parameters(run) if module_id.startswith("fleet.compare") else {}
                 text = golden_text(module_rows(run, module_id, arguments), root)
                 (GOLDEN / f"{module_id}.csv").write_text(text)
@@ -138,4 +140,4 @@ def regenerate() -> None:
 
 
 if __name__ == "__main__":
-    regenerate()
+    regenerate(tuple(sys.argv[1:]) or ("",))

@@ -76,14 +76,14 @@ def test_demo_runs_from_the_installed_entry_point(tmp_path: Path) -> None:
 
 
 def test_demo_keeps_its_warehouse_and_its_next_commands_run(tmp_path: Path) -> None:
-    """The warehouse stays (./xprosql-demo, or --into), and the three commands the demo prints run as printed."""
+    """The warehouse stays (./xprosql-demo, or --into), and the commands the demo prints run as printed."""
     done = subprocess.run([*xprosql_command(), "demo"], capture_output=True, text=True, timeout=300, cwd=tmp_path)
     assert done.returncode == 0, done.stderr
     assert "in the warehouse xprosql-demo (kept" in done.stdout
     assert Warehouse(tmp_path / "xprosql-demo").is_warehouse()
     following = done.stdout.split("Next, on the same warehouse:\n", 1)[1].splitlines()
     commands = [shlex.split(line, comments=True) for line in following if line.startswith("  xprosql ")]
-    assert [c[1] for c in commands] == ["report", "roofline", "sql"] and all(c[2] == "xprosql-demo" for c in commands)
+    assert [c[1] for c in commands] == ["diagnose", "report", "roofline", "sql"] and all(c[2] == "xprosql-demo" for c in commands)
     for command in commands:
         ran = subprocess.run([*xprosql_command(), *command[1:]], capture_output=True, text=True, timeout=300, cwd=tmp_path)
         assert ran.returncode == 0 and ran.stdout, (command, ran.stderr)

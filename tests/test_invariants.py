@@ -102,8 +102,8 @@ def _unnamed(results: dict[str, tuple[pl.DataFrame, list[str]]], run: xprosql.Ru
     found = []
     for module_id, (frame, notes) in results.items():
         text = " ".join(notes)
-        if module_id in _RANKED_ACROSS_PROFILES:
-            continue
+        if module_id in _RANKED_ACROSS_PROFILES or module_id.startswith("diagnose."):
+            continue  # a profile without findings has nothing wrong; run.diagnose names those no rule applies to
         if "profile_id" not in frame.columns or library().module(module_id).fleet:  # rows compare profiles
             if frame.is_empty() and not text:
                 found.append(f"{module_id}: no rows and no note")

@@ -63,7 +63,9 @@ def test_compaction_stores_analyses_that_equal_their_sql(warehouse: Path, table:
     packed = set(run.engine.snapshot.stored)
     assert len(packed) == len(KINETO)
     stored = run.sql(f"SELECT * FROM {table}").pl()
-    assert set(stored["profile_id"]) == packed
+    # every packed profile has steps; collective calls and findings only where it has some
+    assert set(stored["profile_id"]) == packed if table in ("stored_steps", "stored_bottleneck_steps") else (
+        set(stored["profile_id"]) <= packed)
     only_packed = xprosql.load(warehouse, profiles=sorted(packed))
     recomputed = only_packed.sql(analysis_text(module), bound_parameters(module)).pl()
     _same_rows(stored, recomputed)

@@ -91,7 +91,9 @@ def test_upgrade_keeps_every_row(reference: Path, tmp_path: Path, capsys: pytest
     with xprosql.load(root) as run, xprosql.load(reference) as ref:
         assert {t: n for t, n in run.row_counts().items()} == written
         for table in PACK_DERIVED_TABLES:  # the pack's stored rows came along, for the profiles it held
-            assert run.sql(f"SELECT count(DISTINCT profile_id) FROM {table}").rows() == [(3,)]
+            held = run.sql(f"SELECT count(DISTINCT profile_id) FROM {table}").rows()[0][0]
+            # every profile has steps; collective calls and findings only some
+            assert held == 3 if table in ("stored_steps", "stored_bottleneck_steps") else 0 < held <= 3, table
         assert len(run.engine.snapshot.stored) == 3
         assert run.bottlenecks().pl().sort(pl.all(), nulls_last=True).equals(
             ref.bottlenecks().pl().sort(pl.all(), nulls_last=True))

@@ -197,6 +197,56 @@ def _cmd_compare(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_diagnose(args: argparse.Namespace) -> int:
+    from xprosql.engine.library import library, shown_columns
+    from xprosql.run import load
+
+    if args.format == "parquet" and not args.out:
+        raise XprosqlError("--format parquet needs --out FILE")
+    thresholds: dict[str, dict[str, str]] = {}
+    for name, value in _parse_params(args.param).items():
+        rule, dot, parameter = name.partition(".")
+        if not dot or not parameter:
+            raise XprosqlError(f"--param {name}=...: write RULE.NAME=VALUE, e.g. gpu_gaps.min_gap_ps=1e9")
+        thresholds.setdefault(rule, {})[parameter] = value
+    # Each value read as its rule's declared type, then checked as Python's are.
+    typed = {rule: library().from_text(f"diagnose.{rule}", given) for rule, given in thresholds.items()
+             if f"diagnose.{rule}" in library().modules}
+    run = load(args.dir)
+    result = run.diagnose(profiles=args.profile or None, where=args.where, job=args.job,
+                                     rules=args.rule or (list(thresholds) if thresholds else None),
+                                     thresholds=typed or thresholds or None, min_severity=args.min_severity)
+    if args.format != "text":
+        _print_result(result, args, shown=shown_columns(library().module("diagnose.findings")), what="diagnose")
+        return 0
+    rows = result.arrow().to_pylist()
+    names = run.engine.source_names(sorted({r["profile_id"] for r in rows})) if rows else {}
+    for row in rows[: args.max_rows]:
+        where = ", ".join(part for part in (
+            names.get(row["profile_id"], row["profile_id"]), row["job"] and f"job {row['job']}",
+            row["rank"] is not None and f"rank {row['rank']}", row["device"],
+            row["step"] is not None and f"step {row['step']}") if part)
+        print(f"[{row['severity']}] {row['rule']}: {row['title']}")
+        print(f"    where:     {row['profile_id']} ({where})")
+        print(f"    saving:    {_duration(row['expected_saving_ps'])} of step time ({100 * row['expected_saving_share']:.1f}%): "
+              f"{row['saving_method']}")
+        print(f"    evidence:  {row['evidence']}")
+        print(f"    fix:       {row['fix']}")
+        print(f"    reference: {row['reference']}")
+        print()
+    shown = min(len(rows), args.max_rows)
+    more = f" ({len(rows) - shown} more: --max-rows, or --format csv for every one)" if len(rows) > shown else ""
+    print(f"{len(rows)} finding{'s' if len(rows) > 1 else ''}{more}" if rows else "no findings: no rule fired at its thresholds")
+    return 0
+
+
+def _duration(ps: int) -> str:
+    for scale, unit in ((1e12, "s"), (1e9, "ms"), (1e6, "us")):
+        if ps >= scale:
+            return f"{ps / scale:.3f} {unit}"
+    return f"{ps / 1e3:.0f} ns"
+
+
 def _cmd_roofline(args: argparse.Namespace) -> int:
     import polars as pl
 
@@ -325,6 +375,7 @@ def _cmd_demo(args: argparse.Namespace) -> int:
     print_table(Result(top))
     where = shlex.quote(str(warehouse))
     print("\nNext, on the same warehouse:")
+    print(f"  xprosql diagnose {where}                     # what is wrong, what a fix would save, what to change")
     print(f"  xprosql report {where} --out report.html     # one interactive page: bottleneck, steps, ops, roofline, memory")
     print(f"  xprosql roofline {where}                     # every op against the TPU's roofs (--out chart.html draws it)")
     print(f"  xprosql sql {where} \"SELECT name, count(*) AS n, sum(dur_ps) / 1e9 AS ms FROM events "

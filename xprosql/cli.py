@@ -111,6 +111,27 @@ def _parser() -> argparse.ArgumentParser:
                         "every column); tables wider than the terminal (COLUMNS) are split into parts")
     p.set_defaults(subcommand="compare")
 
+    p = commands.add_parser(
+        "diagnose", help="findings: what is wrong, how much step time a fix would save, what to change (sql/diagnose/)",
+        description="Findings of every rule of sql/diagnose/ (xprosql analyses lists them as diagnose.*), the largest "
+                    "expected saving first: the evidence, the fix to try and the reference behind each rule.")
+    p.add_argument("dir", help="warehouse directory")
+    p.add_argument("--profile", action="append", default=[], metavar="ID", help="only this profile (repeatable)")
+    p.add_argument("--where", metavar="SQL", help="only the profiles matching a SQL expression on profiles, e.g. "
+                                                  "\"tags['job'] = 'bert'\"")
+    p.add_argument("--job", metavar="JOB", help="only the profiles of a job (xprosql sql DIR --analysis jobs: its job_id, "
+                                                "job key or job tag)")
+    p.add_argument("--rule", action="append", default=[], metavar="RULE", help="only this rule (repeatable), e.g. gpu_gaps")
+    p.add_argument("--param", action="append", default=[], metavar="RULE.NAME=VALUE",
+                   help="a rule's threshold (repeatable), e.g. gpu_gaps.min_gap_ps=1e9 (xprosql analyses diagnose.RULE)")
+    p.add_argument("--min-severity", choices=["high", "medium", "low"], default="low", help="leave out lesser findings")
+    p.add_argument("--format", choices=["text", "table", "csv", "json", "parquet"], default="text",
+                   help="text: each finding with its evidence, fix and reference; or the rows")
+    p.add_argument("--out", help="write the result to this file")
+    p.add_argument("--max-rows", type=int, default=50, help="findings shown by --format text or table")
+    p.add_argument("--columns", metavar="A,B|all", help="columns of --format table")
+    p.set_defaults(subcommand="diagnose")
+
     p = commands.add_parser("roofline", help="roofline of every op (sql/ops/roofline.sql); --out draws the chart")
     p.add_argument("dir", help="warehouse directory")
     p.add_argument("--out", help="write a log-log roofline chart here: .html (interactive, plotly) or .png, .svg, .pdf (matplotlib: xprosql[plot])")

@@ -27,13 +27,15 @@ Example:
 from __future__ import annotations
 
 import html
+import itertools
 import json
 import math
 import os
+import re
 import sys
 import time
 import warnings
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
@@ -203,6 +205,7 @@ class ProfileReport:
     async_summary: pl.DataFrame
     memory_peaks: pl.DataFrame = field(default_factory=pl.DataFrame)
     peak_contents: pl.DataFrame = field(default_factory=pl.DataFrame)
+    findings: pl.DataFrame = field(default_factory=pl.DataFrame)  # diagnose's rows, the largest saving first
     charts: dict[str, dict[str, Any]] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
 
@@ -226,12 +229,13 @@ class Report:
     profiles: list[ProfileReport]
     fleet: pl.DataFrame = field(default_factory=pl.DataFrame)  # every profile's headline numbers
     notes: list[str] = field(default_factory=list)
+    findings: pl.DataFrame = field(default_factory=pl.DataFrame)  # diagnose over every profile reported
 
     def html(self) -> str:
         """The report as one self-contained HTML page (Plotly's script inline, no network)."""
         script = plotly_js()  # first: without plotly, nothing is built and no page of blank charts is written
         figures: list[tuple[str, dict[str, Any]]] = []
-        body = [f"<h1>{html.escape(self.title)}</h1>", self._summary_html(figures), self._toc_html()]
+        body = [f"<h1>{html.escape(self.title)}</h1>", self._findings_html(), self._summary_html(figures), self._toc_html()]
         body += [_profile_html(p, figures) for p in self.profiles]
         data = "".join(f"<script type='application/json' id='{fid}-data'>{_json(fig)}</script>" for fid, fig in figures)
         return (_HEAD.format(title=html.escape(self.title)) + "\n".join(body) + data
@@ -247,7 +251,31 @@ class Report:
         items = "".join(f"<li><a href='#{p.anchor}'>{html.escape(p.title)}</a>"
                         + (f" <span class='meta'>{html.escape(p.summary['primary_bottleneck'])}</span>" if p.summary else "")
                         + "</li>" for p in self.profiles)
-        return f"<nav id='toc'><h2>Contents</h2><ol><li><a href='#summary'>Summary</a></li>{items}</ol></nav>"
+        return ("<nav id='toc'><h2>Contents</h2><ol><li><a href='#findings'>Findings</a></li>"
+                f"<li><a href='#summary'>Summary</a></li>{items}</ol></nav>")
+
+    def _findings_html(self, most: int = 25) -> str:
+        """Every profile's findings, the largest saving first, each linked to its evidence in its profile's section."""
+        out = ["<section id='findings'><h2>Findings</h2>"]
+        if self.findings.is_empty():
+            out.append("<p class='meta'>No rule of xprosql diagnose fired at its thresholds (xprosql analyses lists the "
+                       "diagnose.* rules and their thresholds).</p>")
+            return "\n".join([*out, "</section>"])
+        sectioned = {p.profile_id: p for p in self.profiles}
+        out.append(f"<p class='meta'>{self.findings.height} findings (xprosql diagnose), the largest expected saving first"
+                   f"{f'; the first {most} here' if self.findings.height > most else ''}. Savings are of the profile's step "
+                   "time, each for its own fix: they overlap and do not add up.</p>")
+        rows = []
+        for row in self.findings.head(most).iter_rows(named=True):
+            profile = sectioned.get(row["profile_id"])
+            name = html.escape(profile.title if profile else row["profile_id"])
+            where = f"<a href='#{_finding_anchor(row)}'>{name}</a>" if profile else name
+            rows.append(f"<tr><td class='sev-{row['severity']}'>{row['severity']}</td><td>{html.escape(row['rule'])}</td>"
+                        f"<td>{where}</td><td>{html.escape(row['title'])}</td><td>{_seconds(row['expected_saving_ps'])}</td>"
+                        f"<td>{_pct(row['expected_saving_share'])}</td></tr>")
+        out.append("<table><tr><th>severity</th><th>rule</th><th>profile</th><th>finding</th><th>saving</th>"
+                   "<th>of step time</th></tr>" + "".join(rows) + "</table>")
+        return "\n".join([*out, "</section>"])
 
     def _summary_html(self, figures: list[tuple[str, dict[str, Any]]]) -> str:
         out = ["<section id='summary'><h2>Summary</h2>"]
@@ -318,6 +346,8 @@ _HEAD = """<!DOCTYPE html>
 body {{ font-family: system-ui, sans-serif; margin: 24px auto; color: #222; background: #fff; max-width: 1240px; padding: 0 16px; }}
 h1 {{ font-size: 22px; }} h2 {{ font-size: 18px; border-top: 1px solid #ccc; padding-top: 12px; }}
 h3 {{ font-size: 14px; margin: 14px 0 4px; }}
+.sev-high {{ color: #b00020; font-weight: bold; }} .sev-medium {{ color: #a15c00; }} .sev-low {{ color: #555; }}
+.finding {{ border-left: 3px solid #ccc; padding: 0 10px; margin: 8px 0; }} .finding p {{ margin: 4px 0; }}
 .meta {{ color: #555; font-size: 13px; }} .note {{ color: #7a4b00; font-size: 13px; background: #fff8e6; padding: 4px 8px; }}
 .verdict {{ font-size: 15px; padding: 8px 12px; background: #f4f4f4; border-left: 4px solid #d62728; }}
 table {{ border-collapse: collapse; font-size: 12px; margin: 6px 0 12px; }}
@@ -625,6 +655,15 @@ def _profile_html(p: ProfileReport, figures: list[tuple[str, dict[str, Any]]]) -
            f"<p class='meta'>{html.escape(_text(info.get('source_path')))} &middot; {html.escape(_text(info.get('format')))} &middot; "
            f"host {html.escape(_text(info.get('host')))} &middot; {_seconds(info.get('duration_ps'))} profiled &middot; "
            f"{_count(info.get('n_events'))} events &middot; profile {p.profile_id}</p>"]
+    if not p.findings.is_empty():
+        out.append("<h3>Findings</h3>")
+        for row in p.findings.iter_rows(named=True):
+            out.append(f"<div class='finding' id='{_finding_anchor(row)}'><p><b class='sev-{row['severity']}'>"
+                       f"[{row['severity']}] {html.escape(row['rule'])}</b>: {html.escape(row['title'])}. Saving "
+                       f"{_seconds(row['expected_saving_ps'])} ({_pct(row['expected_saving_share'])} of step time): "
+                       f"{html.escape(row['saving_method'])}.</p><p>{html.escape(row['evidence'])}</p>"
+                       f"<p><b>Fix:</b> {html.escape(row['fix'])}</p>"
+                       f"<p class='meta'>Reference: {html.escape(row['reference'])}</p></div>")
     s = p.summary
     if s is not None:
         meaning = _MEANING.get(s["primary_bottleneck"], "")
@@ -687,6 +726,12 @@ def _profile_html(p: ProfileReport, figures: list[tuple[str, dict[str, Any]]]) -
         ]))
     out += [f"<p class='note'>{html.escape(note)}</p>" for note in p.notes]
     return "\n".join([*out, "</section>"])
+
+
+def _finding_anchor(row: Mapping[str, Any]) -> str:
+    """One anchor per finding: its profile, rule and where (rank, step), as the id of its evidence."""
+    parts = [row["profile_id"], row["rule"], row.get("rank"), row.get("step"), row.get("device")]
+    return "finding-" + re.sub(r"[^A-Za-z0-9_-]", "_", "-".join("" if v is None else str(v) for v in parts))
 
 
 # -- building it -----------------------------------------------------------------------------------------------
@@ -753,14 +798,16 @@ def _fleet_rows(run: Run, wanted: list[str], info: pl.DataFrame, bottlenecks: pl
     return rows.sort("name")
 
 
-def _worst(fleet: pl.DataFrame, sections: int) -> list[str]:
-    """The profiles that get a section when there are too many: the worst by idle share and by longest step, in turn."""
+def _worst(fleet: pl.DataFrame, findings: pl.DataFrame, sections: int) -> list[str]:
+    """The profiles that get a section when there are too many: the worst by the largest finding's saving, by idle
+    share and by longest step, in turn."""
+    by_finding = findings["profile_id"].unique(maintain_order=True).to_list() if not findings.is_empty() else []
     by_idle = fleet.sort("idle_share", descending=True, nulls_last=True)["profile_id"].to_list()
     by_step = fleet.sort("max_step_time_ps", descending=True, nulls_last=True)["profile_id"].to_list()
     chosen: list[str] = []
-    for a, b in zip(by_idle, by_step):
-        for pid in (a, b):
-            if pid not in chosen and len(chosen) < sections:
+    for a, b, c in itertools.zip_longest(by_finding, by_idle, by_step):
+        for pid in (a, b, c):
+            if pid is not None and pid not in chosen and len(chosen) < sections:
                 chosen.append(pid)
     return chosen
 
@@ -844,7 +891,8 @@ def build_report(
     notes: list[str] = []
     bottleneck_rows = _quiet(lambda: run.bottlenecks(profiles=wanted), "bottlenecks", notes) if wanted else pl.DataFrame()
     fleet = _fleet_rows(run, wanted, info, bottleneck_rows, notes) if wanted else pl.DataFrame()
-    chosen = wanted if len(wanted) <= sections else _worst(fleet, sections)
+    findings = _quiet(lambda: run.diagnose(profiles=wanted), "diagnose", notes) if wanted else pl.DataFrame()
+    chosen = wanted if len(wanted) <= sections else _worst(fleet, findings, sections)
     order = {pid: i for i, pid in enumerate(fleet["profile_id"].to_list())} if not fleet.is_empty() else {}
     chosen = sorted(chosen, key=lambda pid: order.get(pid, 0)) if len(wanted) <= sections else chosen
     bar = _Progress(len(chosen) + 1, stream=sys.stderr if show else None, label="report")
@@ -873,6 +921,7 @@ def build_report(
             top_ops=ops.sort("self_time_ps", descending=True, nulls_last=True).head(top_ops) if not ops.is_empty() else ops,
             async_summary=_rows_of(summaries, pid),
             memory_peaks=_rows_of(peaks, pid),
+            findings=_rows_of(findings, pid),
         )
         if profile.summary is None:
             profile.notes.append(f"No bottleneck breakdown or step chart: {_needs(run, 'steps.bottlenecks')}.")
@@ -880,7 +929,8 @@ def build_report(
             _figures(run, profile, step_rows, ops, _rows_of(timeline, pid), events, busiest, max_steps=max_steps)
         built.append(profile)
         bar.step(i, pid)
-    return Report(title=title or f"xprosql report: {run.path}", profiles=built, fleet=fleet, notes=notes)
+    return Report(title=title or f"xprosql report: {run.path}", profiles=built, fleet=fleet, notes=notes,
+                  findings=findings)
 
 
 def _figures(run: Run, p: ProfileReport, steps: pl.DataFrame, ops: pl.DataFrame, timeline: pl.DataFrame,

@@ -27,13 +27,16 @@ from xprosql.engine.dask import DaskBackend
 from xprosql.errors import UnknownTableError, WarehouseError
 from xprosql.models.tables import INGEST_DERIVED_TABLES, PARTITION_COLUMN, TABLES
 from xprosql.queries import bottlenecks as _bottlenecks
+from xprosql.queries import critical_path as _critical_path
+from xprosql.queries import diagnose as _diagnose
 from xprosql.queries import export_trace as _export
 from xprosql.queries import fleet as _fleet
 from xprosql.queries import hta as _hta
 from xprosql.queries import roofline as _roofline
 from xprosql.queries import utilization as _utilization
-from xprosql.queries._params import Profiles
+from xprosql.queries._params import Profiles, given
 from xprosql.queries.bottlenecks import Scope
+from xprosql.queries.diagnose import Severity
 from xprosql.queries.fleet import Cohort, CompareBy
 from xprosql.queries.utilization import Level
 from xprosql.warehouse import Warehouse
@@ -257,6 +260,82 @@ class Run:
             collective_high_share=collective_high_share, collective_moderate_share=collective_moderate_share,
             host_bound_share=host_bound_share, idle_share=idle_share, input_events=input_events,
             prefer_async_line=prefer_async_line)
+
+    # -- findings -----------------------------------------------------------------------------------
+
+    def diagnose(self, *, profiles: Profiles = None, where: str | None = None, job: str | None = None,
+                 rules: Sequence[str] | None = None, thresholds: Mapping[str, Mapping[str, Any]] | None = None,
+                 min_severity: Severity = "low") -> Result:
+        """Findings: per profile (and job, rank, step where they apply) what is wrong, the step time a fix would
+        save (``expected_saving_ps``, ps; ``expected_saving_share``, 0..1 of step time), the evidence, the fix and
+        its reference; the largest saving first (``sql/diagnose/``, ``xprosql.queries.diagnose``).
+
+        Over ``profiles`` (ids), those matching ``where`` (a SQL expression on ``profiles``) and those of ``job``
+        (a ``jobs()`` job id, key or job tag), all given narrowing together. ``rules``: some of
+        ``xprosql.queries.diagnose.rule_names``; ``thresholds``: per rule, its parameters.
+
+        Example:
+            >>> run.diagnose(min_severity="medium").pl().select("rule", "expected_saving_share", "title")  # doctest: +SKIP
+        """
+        selected = None if profiles is None else ([profiles] if isinstance(profiles, str) else list(profiles))
+        for narrowing in ([] if where is None else [self.engine.profiles_where(where)],
+                          [] if job is None else [_diagnose.job_profiles(self.engine, job)]):
+            for ids in narrowing:
+                selected = ids if selected is None else [p for p in selected if p in set(ids)]
+        return _diagnose.diagnose(self.engine, profiles=selected, rules=rules, thresholds=thresholds,
+                                  min_severity=min_severity)
+
+    # -- the user's own names -----------------------------------------------------------------------
+
+    def names(self, *, profiles: Profiles = None, by_step: bool | None = None, peak_flops_per_s: float | None = None,
+              peak_hbm_bytes_per_s: float | None = None, peak_source: str | None = None) -> Result:
+        """Time by the user's own names in PyTorch traces (``sql/names/tree.sql``): per profile, the tree of
+        record_function annotations and nn.Module calls (paths such as ``ProfilerStep/forward/Model_0/Block_0``),
+        with calls, inclusive and self CPU time (ps), the outermost ops' CPU time, the GPU time of the kernels and
+        copies launched inside (ps), FLOPs, bytes, FLOP/s, bytes/s and roofline position. ``by_step=True``: one
+        row per (node, step); by default summed over steps. Peaks as in :meth:`roofline`.
+
+        Example:
+            >>> run.names(by_step=True).pl().filter(pl.col("path") == "ProfilerStep/data")  # doctest: +SKIP
+        """
+        return self.engine.analysis("names.tree", profiles=profiles, **given(
+            by_step=by_step, peak_flops_per_s=peak_flops_per_s, peak_hbm_bytes_per_s=peak_hbm_bytes_per_s,
+            peak_source=peak_source))
+
+    def scopes(self, *, profiles: Profiles = None, peak_flops_per_s: float | None = None,
+               peak_hbm_bytes_per_s: float | None = None, peak_source: str | None = None) -> Result:
+        """Time by XLA / TensorFlow name scopes (``sql/names/scopes.sql``): per profile, device kind and scope path
+        (every prefix of the HLO op_name, e.g. ``jit(step)/encoder/layer_0``), the time of the ops under it (ps),
+        its share of device time (0..1), FLOPs, bytes and roofline position. Peaks as in :meth:`roofline`.
+
+        Example:
+            >>> run.scopes().pl().sort("op_time_ps", descending=True).head(10)  # doctest: +SKIP
+        """
+        return self.engine.analysis("names.scopes", profiles=profiles, **given(
+            peak_flops_per_s=peak_flops_per_s, peak_hbm_bytes_per_s=peak_hbm_bytes_per_s, peak_source=peak_source))
+
+    # -- critical path ------------------------------------------------------------------------------
+
+    def critical_path(self, *, profiles: Profiles = None, include_last_step: bool | None = True,
+                      us_rounding: bool | None = None, launch_calls: Literal["all", "hta"] | None = None,
+                      changes: Mapping[str | int, float] | None = None) -> Result:
+        """HTA's critical path of each step of Kineto traces (``sql/critical_path/``, ``xprosql.queries.critical_path``):
+        per profile and step, ``length_ps`` and its bound_by breakdown (ps, and shares 0..1 summing to 1).
+        ``changes``: ``{op name or event id: factor}`` replays a what-if over the same graph (0 removes the op's own
+        time, 0.5 halves it). ``include_last_step=False`` and ``us_rounding=True`` compare like for like with HTA.
+
+        Example:
+            >>> run.critical_path(changes={"aten::item": 0.0}).pl().select("step", "length_ps")  # doctest: +SKIP
+        """
+        return _critical_path.critical_path(self.engine, profiles=profiles, include_last_step=include_last_step,
+                                            us_rounding=us_rounding, launch_calls=launch_calls, changes=changes)
+
+    def critical_path_edges(self, *, profiles: Profiles = None, include_last_step: bool | None = True,
+                            us_rounding: bool | None = None, launch_calls: Literal["all", "hta"] | None = None,
+                            changes: Mapping[str | int, float] | None = None) -> Result:
+        """The critical path itself, one row per edge in order (ps), with the op each edge's time belongs to."""
+        return _critical_path.critical_path_edges(self.engine, profiles=profiles, include_last_step=include_last_step,
+                                                  us_rounding=us_rounding, launch_calls=launch_calls, changes=changes)
 
     # -- HTA ----------------------------------------------------------------------------------------
 

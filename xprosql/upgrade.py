@@ -128,7 +128,7 @@ def upgrade(path: str | os.PathLike[str]) -> UpgradeReport:
         stored = sorted({p for pack in packs if all(t in pack["rows"] for t in PACK_DERIVED_TABLES)
                          for p in pack["profiles"]})
         warehouse._publish(head, {t: a for t, a in actions.items() if t != "profiles"}, actions.get("profiles", []),
-                           operation="upgrade", lists={"stored": stored, "without": without})
+                           operation="upgrade", lists={"stored": stored, "stored_tables": sorted(PACK_DERIVED_TABLES), "without": without})
         staging.discard()
     shutil.rmtree(old)
     for name in _OLD_LEFTOVERS:

@@ -116,6 +116,8 @@ AUTO_COMPACT_MIN_PROFILES = 32
 COMMIT_BATCH = 8
 # Hours a file unreferenced by the latest versions is kept for readers of older ones (and time travel).
 VACUUM_RETENTION_HOURS = 1
+# The stored tables of the first xprosql that stored any, for lists records that do not name theirs.
+_FIRST_STORED_TABLES = ("stored_bottleneck_steps", "stored_steps")
 # A checkpoint every 10 commits: a commit replays at most 10 JSON entries (7 ms a commit, against 25 ms with
 # Delta's default of 100, measured with 400 commits of one profile each).
 _CHECKPOINT_INTERVAL = "10"
@@ -336,6 +338,11 @@ class DataFile:
     @property
     def single(self) -> bool:
         return self.first is not None and self.first == self.last
+
+
+# Compaction's callback for the stored tables (xprosql.engine.derive_stored_table): (table, the profiles' snapshot,
+# the stored tables derived for them before this one) -> its rows.
+Derive = Callable[[str, "Snapshot", Mapping[str, pa.Table]], pa.Table]
 
 
 @dataclass(frozen=True)
@@ -640,11 +647,22 @@ class Warehouse:
         return {}
 
     def _lists(self, lists_at: int | None) -> tuple[frozenset[str], dict[str, frozenset[str]]]:
-        """The stored profiles and the profiles without a table, as recorded at version ``lists_at``."""
+        """The stored profiles and the profiles without a table, as recorded at version ``lists_at``. Profiles stored
+        by an xprosql with other stored tables (``PACK_DERIVED_TABLES``) count as not stored: they lack a table's
+        rows, which an analysis would read as none; the next compaction stores them again."""
         if lists_at is None:
             return frozenset(), {}
         info = self._commit_info(lists_at)
-        return frozenset(info.get("stored", ())), {t: frozenset(ids) for t, ids in info.get("without", {}).items()}
+        without = {t: frozenset(ids) for t, ids in info.get("without", {}).items()}
+        if self._stale_stored(info):
+            return frozenset(), without
+        return frozenset(info.get("stored", ())), without
+
+    @staticmethod
+    def _stale_stored(info: Mapping[str, Any]) -> bool:
+        """Whether the stored profiles of a lists record hold other stored tables than this xprosql's."""
+        tables = info.get("stored_tables", _FIRST_STORED_TABLES)
+        return bool(info.get("stored")) and sorted(tables) != sorted(PACK_DERIVED_TABLES)
 
     @staticmethod
     def _data_files(table: DeltaTable) -> tuple[DataFile, ...]:
@@ -883,13 +901,13 @@ class Warehouse:
         target_rows: int = PACK_TARGET_ROWS,
         min_profiles: int = 2,
         wait: bool = True,
-        derive: Callable[[str, Snapshot], pa.Table] | None = None,
+        derive: Derive | None = None,
         retention_hours: float = VACUUM_RETENTION_HOURS,
     ) -> CompactReport | None:
         """Pack small files into files of up to ``target_rows`` rows ordered by profile, store the rows of
         ``PACK_DERIVED_TABLES`` for the profiles not stored yet, then vacuum.
 
-        ``derive(table, snapshot)`` computes those rows (``xprosql.engine.derive_stored_table``; ``xprosql.compact``
+        ``derive(table, snapshot, earlier)`` computes those rows (``xprosql.engine.derive_stored_table``; ``xprosql.compact``
         passes it); without it none are stored, and analyses compute them from events. Ingests wait for the
         commit lock meanwhile; readers do not (a snapshot taken before keeps its files: see the module
         docstring). Returns None when ``wait`` is False and another commit or compaction holds the lock.
@@ -913,8 +931,10 @@ class Warehouse:
             snap = self._pinned_snapshot(head)
             stored, without = self._lists(head.lists_at)
             fresh = sorted(set(snap.profile_ids) - stored)
+            # Stored by an xprosql with other stored tables: their rows go, and every profile is stored again.
+            restore = head.lists_at is not None and self._stale_stored(self._commit_info(head.lists_at))
             plans = {t: self._plan(snap.files.get(t, ()), target_rows) for t in TABLES if t not in PACK_DERIVED_TABLES}
-            if len(fresh) < min_profiles and not any(len(groups) for groups in plans.values()):
+            if len(fresh) < min_profiles and not restore and not any(len(groups) for groups in plans.values()):
                 report.vacuumed = self._vacuum(retention_hours)
                 return report
             written: list[Path] = []  # what a failure (a full disk) must not leave filling the disk
@@ -922,9 +942,16 @@ class Warehouse:
             with self.stage("compaction") as staging:
                 try:
                     self._pack(plans, staging.directory, actions, written, report)
+                    if restore and derive is not None:
+                        stamp = _now_ms()
+                        for table in PACK_DERIVED_TABLES:
+                            actions.setdefault(table, []).extend(
+                                RemoveAction(os.path.relpath(f.path, self.table_path(table)), False, stamp)
+                                for f in snap.files.get(table, ()))
                     if derive is not None and fresh:
                         self._store(snap, fresh, derive, target_rows, staging.directory, actions, written, report)
                     lists = {"stored": sorted(stored | set(fresh)) if derive is not None else sorted(stored),
+                             "stored_tables": sorted(PACK_DERIVED_TABLES),
                              "without": {t: sorted(ids) for t, ids in without.items()}}
                     report.version = self._publish(head, {t: a for t, a in actions.items() if t != "profiles"},
                                                    actions.get("profiles", []), operation="compact", lists=lists)
@@ -962,7 +989,7 @@ class Warehouse:
                 report.files_written += 1
                 report.files_replaced += len(group)
 
-    def _store(self, snap: Snapshot, fresh: Sequence[str], derive: Callable[[str, Snapshot], pa.Table],
+    def _store(self, snap: Snapshot, fresh: Sequence[str], derive: Derive,
                target_rows: int, scratch: Path, actions: dict[str, list[AddAction | RemoveAction]],
                written: list[Path], report: CompactReport) -> None:
         """Files of the stored tables' rows for the ``fresh`` profiles: their add actions."""
@@ -999,15 +1026,15 @@ class Warehouse:
             filled += f.rows
         return [g for g in groups if len(g) > 1]
 
-    def _derive(self, snap: Snapshot, fresh: Sequence[str], derive: Callable[[str, Snapshot], pa.Table],
-                target_rows: int) -> dict[str, list[pa.Table]]:
+    def _derive(self, snap: Snapshot, fresh: Sequence[str], derive: Derive, target_rows: int) -> dict[str, list[pa.Table]]:
         """The rows of each stored table for the ``fresh`` profiles, computed over groups of about
-        ``target_rows`` events."""
+        ``target_rows`` events; each table's derivation sees the rows of those derived before it."""
         part = snap.restrict(fresh)
         out: dict[str, list[pa.Table]] = {}
         for share in part.shares(max(1, -(-sum(f.rows for f in part.files.get("events", ())) // target_rows))):
+            earlier: dict[str, pa.Table] = {}
             for table in PACK_DERIVED_TABLES:
-                rows = derive(table, share)
+                rows = earlier[table] = derive(table, share, earlier)
                 if rows.num_rows:
                     schema = file_schema(table)
                     out.setdefault(table, []).append(to_file_types(table, rows.select(schema.names)).cast(schema))

@@ -5,7 +5,7 @@
 --
 -- Built on the roofline analysis (included below; on a Dask cluster it runs per
 -- share of profiles and this query runs on the combined op rows). A cohort is a
--- list of profile ids; xprosql.fleet.compare makes them from SQL predicates on
+-- list of profile ids; run.compare and xprosql compare make them from SQL predicates on
 -- profiles. A profile may sit in both cohorts. Time is op self time summed over
 -- the cohort's profiles and devices, divided by the cohort's profile count, so
 -- cohorts of different sizes compare.

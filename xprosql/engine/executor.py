@@ -108,11 +108,13 @@ def _final_order(sql: str, params: Mapping[str, Any]) -> tuple[str, int | None]:
     return order, limit
 
 
-def combine(parts: list[pa.Table], sql: str, params: Mapping[str, Any]) -> pa.Table:
-    """Concatenate per-share results and apply ``sql``'s outer ORDER BY and LIMIT to the whole."""
+def combine(parts: list[pa.Table], sql: str, params: Mapping[str, Any], *,
+            order: str | None = None) -> pa.Table:
+    """Concatenate per-share results and apply ``sql``'s outer ORDER BY and LIMIT to the whole (``order``: that
+    ORDER BY list, known, and no LIMIT)."""
     parts = [p for p in parts if p.num_columns] or parts[:1]
     table = pa.concat_tables(parts, promote_options="permissive") if len(parts) > 1 else parts[0]
-    order, limit = _final_order(sql, params)
+    order, limit = (order, None) if order is not None else _final_order(sql, params)
     if not order and limit is None:
         return table
     with connect() as con:
@@ -124,12 +126,38 @@ def combine(parts: list[pa.Table], sql: str, params: Mapping[str, Any]) -> pa.Ta
             return con.sql(f"SELECT * FROM _combined{limit_sql}").to_arrow_table()
 
 
-def derive_stored_table(table: str, snapshot: Snapshot) -> pa.Table:
-    """The rows of stored table ``table`` over ``snapshot``: its module with default parameters.
+def derive_stored_table(table: str, snapshot: Snapshot, earlier: Mapping[str, pa.Table] | None = None) -> pa.Table:
+    """The rows of stored table ``table`` over ``snapshot``: its module with default parameters. ``earlier``: stored
+    tables already derived for the same profiles (table -> rows), which the module reads where it builds on theirs.
+    A union module's parts run one by one.
 
     Compaction's callback (``Warehouse.compact(derive=...)``): storage never runs analyses itself.
     """
-    return run_on_share(snapshot, *library().runnable(PACK_DERIVED_TABLES[table]))
+    lib = library()
+    module = lib.modules[PACK_DERIVED_TABLES[table]]
+    arrow = {_alias(PACK_DERIVED_TABLES[t]): rows for t, rows in (earlier or {}).items()}
+    con = snapshot_connection(snapshot, arrow=arrow)
+    try:
+        parts = []
+        for part in module.includes if module.union else (module.id,):
+            builds_on = lib.included(part) | {part}
+            stored = frozenset((PACK_DERIVED_TABLES[t], _alias(PACK_DERIVED_TABLES[t])) for t in earlier or {}
+                               if PACK_DERIVED_TABLES[t] in builds_on)
+            text = lib.text(part, stored)
+            parts.append(query(con, text, used_parameters(text, lib.bind(part, {}))).to_arrow_table())
+        return combine(parts, "", {}, order=module.order or "") if module.union else combine(parts, text, {})
+    finally:
+        con.close()
+
+
+def _derived(table: str, share: Snapshot) -> pa.Table:
+    """Stored table ``table`` over ``share`` as compaction derives it: after the stored tables before it, which it reads."""
+    earlier: dict[str, pa.Table] = {}
+    for name in PACK_DERIVED_TABLES:
+        earlier[name] = derive_stored_table(name, share, earlier)
+        if name == table:
+            return earlier[name]
+    raise KeyError(table)
 
 
 class Engine:
@@ -145,6 +173,7 @@ class Engine:
         self.backend: Backend = backend or LocalBackend()
         self.library = sql_library or library()
         self._connection: duckdb.DuckDBPyConnection | None = None
+        self._calls = 0  # fleet queries run on the engine's connection: their rows' names are unique per call
 
     @property
     def profile_ids(self) -> list[str]:
@@ -201,12 +230,13 @@ class Engine:
         snapshot = self.restricted(profiles)
         failure = f"analysis {module.id} failed with {_describe(bound)}"
         try:
-            result = self._fleet(module.id, bound, snapshot) if module.fleet else self._per_profile(module.id, bound, snapshot)
+            result = (self._fleet(module.id, bound, snapshot) if module.fleet and not module.union
+                      else self._per_profile(module.id, bound, snapshot))
         except duckdb.Error as exc:
             raise QueryError(f"{failure}: {first_line(exc)}") from None
         result._failure = failure
         if module.needs is not None:
-            result._expected = (module.id, module.needs, lambda: self._source_names(snapshot.profile_ids))
+            result._expected = (module.id, module.needs, lambda: self.source_names(snapshot.profile_ids))
         return result
 
     def _check_profile_ids(self, module_id: str, bound: Mapping[str, Any]) -> None:
@@ -221,7 +251,7 @@ class Engine:
                 raise ParameterError(f"{module_id}: ${name}: profiles not in the warehouse {self.snapshot.root}: "
                                      f"{', '.join(missing)}")
 
-    def _source_names(self, profile_ids: Sequence[str]) -> dict[str, str]:
+    def source_names(self, profile_ids: Sequence[str]) -> dict[str, str]:
         """Profile id -> the file it was ingested from (its name), to name profiles to a user."""
         rows = self.connection.execute(
             "SELECT profile_id, regexp_extract(source_path, '[^/]*$') FROM profiles WHERE list_contains($p, profile_id)",
@@ -243,12 +273,17 @@ class Engine:
         return usable
 
     def _per_profile(self, module_id: str, bound: Mapping[str, Any], snapshot: Snapshot) -> Result:
+        if self.library.modules[module_id].union:
+            return self._union(module_id, snapshot)
         text = self.library.text(module_id)
         stored = self._stored(module_id, bound)
         covered = snapshot.stored & set(snapshot.profile_ids) if stored else set()
         if not covered:
             return self._map(snapshot, text, bound, module_id)
         stored_text = self.library.text(module_id, frozenset(stored.items()))
+        if module_id in stored:  # the module's own rows are stored: read them, in its order
+            order, _ = _final_order(text, bound)
+            stored_text = f"SELECT * FROM {stored[module_id]}" + (f" ORDER BY {order}" if order else "")
         rest = sorted(set(snapshot.profile_ids) - covered)
         if not rest:
             return self._map(snapshot, stored_text, bound, module_id)
@@ -274,16 +309,69 @@ class Engine:
             {"p": list(snapshot.profile_ids)}).fetchall()
         return int(rows[0][0])
 
-    def _fleet(self, module_id: str, bound: Mapping[str, Any], snapshot: Snapshot) -> Result:
-        """A fleet analysis: its includes per profile (as above), then its own SQL once over their rows."""
+    def _rows(self, table: pa.Table, module_id: str) -> Result:
+        """Rows computed here as a Result on the engine's connection (a new connection costs more than small rows)."""
+        return Result(self.connection.from_arrow(table), description=module_id)
+
+    def _union(self, module_id: str, snapshot: Snapshot) -> Result:
+        """A union module: the profiles that stored its rows read them. For the others each part runs on its own;
+        one that compaction stores is computed as compaction would, the stored tables it builds on once for all
+        its parts, share by share."""
         module = self.library.modules[module_id]
+        stored = self._stored(module_id, {}).get(module_id)
+        covered = snapshot.stored & set(snapshot.profile_ids) if stored else set()
+        parts = []
+        rest = sorted(set(snapshot.profile_ids) - covered)
+        if covered:
+            reading = snapshot.restrict(covered) if rest else snapshot
+            parts.append(self._map(reading, f"SELECT * FROM {stored}", {}, module_id).arrow())
+        if rest or not parts:
+            others = snapshot.restrict(rest) if covered else snapshot
+            table = next((t for t, m in PACK_DERIVED_TABLES.items() if m == module_id), None)
+            if table is not None:
+                shares = max(1, -(-self._events(others) // PACK_TARGET_ROWS))
+                parts += [_derived(table, share) for share in others.shares(shares)]
+            else:
+                done: dict[str, pa.Table] = {}
+                for include in module.includes:
+                    inner = self.library.bind(include, {})
+                    if self.library.modules[include].fleet:
+                        parts.append(self._fleet(include, inner, others, done).arrow())
+                    else:
+                        parts.append(self._per_profile(include, inner, others).arrow())
+        return self._rows(combine(parts, "", {}, order=module.order or ""), module_id)
+
+    def _fleet(self, module_id: str, bound: Mapping[str, Any], snapshot: Snapshot,
+               done: dict[str, pa.Table] | None = None) -> Result:
+        """A fleet analysis: its includes per profile (as above), then its own SQL once over their rows. ``done``: the
+        rows of includes already computed in this run (by module and parameters), which a module two of its
+        includes build on (jobs.stragglers under jobs.what_if and diagnose.stragglers) reads instead of computing."""
+        module = self.library.modules[module_id]
+        done = {} if done is None else done
         arrow = {}
         for include in module.includes:
             own = {k: bound[k] for k in self.library.parameters(include) if k in module.passes}
             inner = self.library.bind(include, own)
-            part = (self._fleet(include, inner, snapshot) if self.library.modules[include].fleet
-                    else self._per_profile(include, inner, snapshot))
-            arrow[_alias(include)] = part.arrow()
+            key = f"{include} {sorted(inner.items())!r}"
+            if key not in done:
+                part = (self._fleet(include, inner, snapshot, done) if self.library.modules[include].fleet
+                        else self._per_profile(include, inner, snapshot))
+                done[key] = part.arrow()
+            arrow[_alias(include)] = done[key]
+        if snapshot is self.snapshot and isinstance(self.backend, LocalBackend):
+            # The engine's own connection, with the rows under names of this call alone, read now: a connection
+            # with views over every file of a large warehouse takes a tenth of a second to make.
+            self._calls += 1
+            names = {include: f"{_alias(include)}_{self._calls}" for include in module.includes}
+            text = self.library.text(module_id, frozenset(names.items()))
+            for include, name in names.items():
+                self.connection.register(name, arrow[_alias(include)])
+            try:
+                rows = query(self.connection, text, used_parameters(text, bound)).to_arrow_table()
+            finally:
+                for name in names.values():
+                    self.connection.unregister(name)
+            return self._rows(rows, module_id)
         # Each include reads the rows computed above, as a stored table would be read.
         text = self.library.text(module_id, frozenset((include, _alias(include)) for include in module.includes))
         con = snapshot_connection(snapshot, arrow=arrow)

@@ -178,15 +178,29 @@ _NOT_GPU_WORK = ", ".join(f"'{c}'" for c in (
     "cuda_runtime", "cuda_driver", "cuda_profiler_range", "pm_sampling"))
 
 
+# A finding's severity from the share of step time a fix would save (sql/diagnose): one scale for every rule.
+_SEVERITY = "CASE WHEN share >= 0.2 THEN 'high' WHEN share >= 0.05 THEN 'medium' ELSE 'low' END"
+# A duration in ps as a person reads it in a sentence: 1.234 s, 12.345 ms, 5.6 us, 789 ns.
+_DURATION = """CASE
+    WHEN ps IS NULL THEN '-'
+    WHEN abs(ps) >= 1e12 THEN printf('%.3f s', ps / 1e12)
+    WHEN abs(ps) >= 1e9 THEN printf('%.3f ms', ps / 1e9)
+    WHEN abs(ps) >= 1e6 THEN printf('%.1f us', ps / 1e6)
+    ELSE printf('%.0f ns', ps / 1e3)
+END"""
+
+
 def register_functions(con: duckdb.DuckDBPyConnection) -> None:
     """Add ``xprosql_memory_access``, ``xprosql_collective``, ``xprosql_launch_kind``, ``xprosql_gpu_work``,
-    ``xprosql_torch_cost`` and
-    ``hardware_models`` to a DuckDB connection."""
+    ``xprosql_severity``, ``xprosql_duration``, ``xprosql_torch_cost`` and ``hardware_models`` to a DuckDB
+    connection."""
     con.execute(f"CREATE MACRO _xprosql_collective_kind(raw) AS {_COLLECTIVE_KINDS}")
     con.execute("CREATE MACRO xprosql_collective(name, category) AS "
                 f"_xprosql_collective_kind(lower(regexp_replace({_COLLECTIVE_NAME}, '[^A-Za-z]', '', 'g')))")
     con.execute(f"CREATE MACRO xprosql_launch_kind(name) AS {_LAUNCH_KIND}")
     con.execute(f"CREATE MACRO xprosql_gpu_work(category) AS coalesce(category, '') NOT IN ({_NOT_GPU_WORK})")
+    con.execute(f"CREATE MACRO xprosql_severity(share) AS {_SEVERITY}")
+    con.execute(f"CREATE MACRO xprosql_duration(ps) AS {_DURATION}")
     con.create_function(  # type: ignore[call-overload]  # duckdb's stubs know no arrow UDF
         "xprosql_memory_access", _memory_access_udf, ["BLOB"], _SQL_TYPE, type="arrow", side_effects=False
     )

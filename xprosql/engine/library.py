@@ -34,6 +34,12 @@ In the body, a line ``-- @include <id>`` stands for the included module's SQL (i
 expanded text runs on its own and says where every column comes from. Includes are resolved once per
 library and cached.
 
+A **union** module has no body but its include lines: its rows are those of the modules it includes (the same
+columns), in the order of its ``-- Order: <SQL ORDER BY list>`` header line if it has one. The engine runs each
+part on its own and concatenates them (``diagnose.findings``: one query over fourteen rules, each including the
+step breakdown, plans and runs many times slower than the rules one by one); its text, where it is shown or
+included, is the parts' ``UNION ALL``.
+
 Values as text (the command line's ``--param NAME=VALUE``; :func:`parse_value`): a value is read as the
 parameter's declared type. ``NULL``, unquoted, is NULL; a string may be written in SQL quotes (``'NULL'`` is
 the string, ``''`` a quote inside); a list (``VARCHAR[]``) is comma-separated (``a,b``; no spaces needed)
@@ -222,6 +228,8 @@ class Module:
     passes: tuple[str, ...]
     columns: tuple[Column, ...] = field(repr=False)
     inputs: dict[str, str] = field(default_factory=dict, repr=False)
+    union: bool = False  # the body is include lines only: the union of their rows
+    order: str | None = None  # a union module's ORDER BY list
 
     @property
     def area(self) -> str:
@@ -285,7 +293,7 @@ def _parse(module_id: str, path: Path) -> Module:
     for line in header[1:]:
         if not line.strip():
             break
-        if line.strip() != "scope: fleet" and not line.strip().startswith(("Needs:", "Input:")):
+        if line.strip() != "scope: fleet" and not line.strip().startswith(("Needs:", "Input:", "Order:")):
             description_lines.append(line.strip())
     section = None
     parameters: dict[str, Parameter] = {}
@@ -293,11 +301,14 @@ def _parse(module_id: str, path: Path) -> Module:
     passes: list[str] = []
     fleet = False
     needs = None
+    order = None
     inputs: dict[str, str] = {}
     for line in header[1:]:
         stripped = line.strip()
         if stripped == "scope: fleet":
             fleet = True
+        elif stripped.startswith("Order:"):
+            order = stripped.removeprefix("Order:").strip()
         elif match := _INPUT.match(stripped):
             inputs[match.group(1)] = match.group(2)
         elif stripped.startswith("Needs:"):
@@ -320,10 +331,16 @@ def _parse(module_id: str, path: Path) -> Module:
         elif section == "Columns" and (match := _COLUMN.match(stripped)):
             name, sql_type, rest = match.groups()
             columns.append(Column(name, sql_type, rest, _unit(name, rest)))
+    includes = tuple(dict.fromkeys(_INCLUDE.findall(text)))
+    body = [line for line in text.splitlines() if line.strip() and not line.lstrip().startswith("--")]
+    union = bool(includes) and not body
+    if union and (parameters or passes):
+        raise AnalysisError(f"{path}: a union module (include lines only) runs its parts with their defaults: "
+                            "it takes no parameters")
     return Module(
         id=module_id, path=path, text=text, description=" ".join(description_lines), fleet=fleet, needs=needs,
-        includes=tuple(dict.fromkeys(_INCLUDE.findall(text))), own_parameters=parameters,
-        passes=tuple(passes), columns=tuple(columns), inputs=inputs,
+        includes=includes, own_parameters=parameters,
+        passes=tuple(passes), columns=tuple(columns), inputs=inputs, union=union, order=order,
     )
 
 
@@ -578,6 +595,10 @@ class Library:
             hidden = {n: p for n, p in self.parameters(included).items() if n not in module.passes}
             return _bind_defaults(body, hidden).rstrip().rstrip(";")
 
+        if module.union:
+            parts = [include(match) for match in _INCLUDE.finditer(module.text)]
+            ordered = f"\nORDER BY {module.order}" if module.order else ""
+            return "\nUNION ALL\n".join(f"SELECT * FROM (\n{part}\n)" for part in parts) + ordered
         return _INCLUDE.sub(include, self.modules[module_id].text)
 
     def runnable(self, module_id: str, given: Mapping[str, Any] | None = None) -> tuple[str, dict[str, Any]]:

@@ -423,6 +423,45 @@ TABLES: dict[str, pa.Schema] = {
         _col("flop_capacity", pa.float64(), "devices.peak_flops_per_s x step time", "FLOP"),
         _col("byte_capacity", pa.float64(), "devices.peak_hbm_bytes_per_s x step time", "bytes"),
     ]),
+    # The rows of sql/jobs/_collective_calls.sql, stored by compaction: the job analyses match them across ranks
+    # instead of finding every profile's collectives in its events again.
+    "stored_collective_calls": pa.schema([
+        _col("event_id", pa.int64(), "events.event_id of the call"),
+        _col("device_id", pa.int32(), "devices.device_id it ran on"),
+        _col("stream_id", pa.int64(), "the GPU stream of a kernel (kernels.stream_id); NULL for other sources"),
+        _col("source", pa.string(), "gpu_kernel, host_annotation or xla_op"),
+        _col("kind", pa.string(), "all_reduce, all_gather, reduce_scatter, all_to_all, broadcast, reduce, send_recv, collective_permute, ..."),
+        _col("name", pa.string(), "the event's name, or for an XLA op its HLO op"),
+        _col("process_group", pa.string(), "process group name, else 0; XLA: the HLO module"),
+        _col("seq", pa.int64(), "the collective's sequence number in its group, when recorded"),
+        _col("group_size", pa.int64(), "ranks in the communicator, when recorded"),
+        _col("in_elements", pa.int64(), "elements of the input"),
+        _col("dtype_bytes", pa.int64(), "bytes per element of its dtype", "bytes"),
+        _col("bytes", pa.int64(), "the message NCCL's tests measure", "bytes"),
+        _col("step", pa.int64(), "the step (steps.step) its launch, or itself, starts in"),
+        _col("start_ps", pa.int64(), "start", "ps"),
+        _col("end_ps", pa.int64(), "end", "ps"),
+    ]),
+    # The findings of the per-profile rules (sql/diagnose/_profile_findings.sql, default thresholds), stored by
+    # compaction; empty for profiles not compacted yet, whose findings are computed from their events.
+    # Every rule of sql/diagnose/ returns exactly these columns (tests/test_diagnose.py checks).
+    "stored_findings": pa.schema([
+        _col("job", pa.string(), "the job (jobs.jobs) of a finding about a job's ranks; NULL otherwise"),
+        _col("rank", pa.int64(), "the rank the finding names (a straggler); NULL otherwise"),
+        _col("device", pa.string(), "the device most affected; NULL when the finding is about the whole profile"),
+        _col("step", pa.int64(), "steps.step of the step most affected; NULL when about every step"),
+        _col("rule", pa.string(), "the rule: the name of its module sql/diagnose/<rule>.sql"),
+        _col("severity", pa.string(), "high (the fix saves at least 20% of step time), medium (at least 5%), low"),
+        _col("title", pa.string(), "one line a person reads"),
+        _col("evidence", pa.string(), "the numbers behind the finding, as a sentence"),
+        _col("measures", pa.map_(pa.string(), pa.float64()), "the same numbers by name; a name ends in its unit (_ps, _share, _bytes, _count)"),
+        _col("subjects", pa.list_(pa.string()), "the ops, kernels, calls, ranks or profiles the finding names, the worst first"),
+        _col("expected_saving_ps", pa.int64(), "step time a fix would save over the profile's complete steps (diagnose._profile_steps)", "ps"),
+        _col("expected_saving_share", pa.float64(), "expected_saving_ps / the profile's step time, 0..1"),
+        _col("saving_method", pa.string(), "how expected_saving_ps is estimated"),
+        _col("fix", pa.string(), "what to change: the action, with the API or flag to try"),
+        _col("reference", pa.string(), "the documentation or paper behind the rule"),
+    ]),
 }
 
 # Table -> the SQL module (sql/<area>/<name>.sql) whose rows it stores, run with its default parameters.
@@ -433,7 +472,9 @@ INGEST_DERIVED_TABLES: dict[str, str] = {"memory_events": "memory._memory_events
                                          "framework_op_stats": "torch._framework_op_stats",
                                          "op_stats": "ops._op_stats"}
 # Written by compaction for the profiles it sees the first time, from their other tables:
-PACK_DERIVED_TABLES: dict[str, str] = {"stored_steps": "steps.steps", "stored_bottleneck_steps": "steps._bottleneck_steps"}
+PACK_DERIVED_TABLES: dict[str, str] = {"stored_steps": "steps.steps", "stored_bottleneck_steps": "steps._bottleneck_steps",
+                                       "stored_collective_calls": "jobs._collective_calls",
+                                       "stored_findings": "diagnose._profile_findings"}
 
 
 def table_schema(name: str) -> pa.Schema:

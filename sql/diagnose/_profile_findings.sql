@@ -1,0 +1,39 @@
+-- diagnose._profile_findings: the findings of every rule that reads one profile at a time, at
+-- their default thresholds. Compaction stores these rows (table stored_findings), so diagnose over
+-- thousands of compacted profiles reads them instead of the events.
+--
+-- Each rule is its own module (sql/diagnose/<rule>.sql), run alone with other thresholds.
+--
+-- Order: expected_saving_ps DESC, expected_saving_share DESC, profile_id, rule, step NULLS FIRST, rank NULLS FIRST
+--
+-- Columns:
+--   profile_id  VARCHAR  profile the finding is about
+--   job  VARCHAR  the job (jobs.jobs) of a finding about a job's ranks; NULL otherwise
+--   rank  BIGINT  the rank the finding names; NULL otherwise
+--   device  VARCHAR  the device most affected; NULL when about the whole profile
+--   step  BIGINT  steps.step of the step most affected; NULL when about every step
+--   rule  VARCHAR  the rule: its module sql/diagnose/<rule>.sql
+--   severity  VARCHAR  high (the fix saves at least 20% of step time), medium (at least 5%), low
+--   title  VARCHAR  one line a person reads
+--   evidence  VARCHAR  the numbers behind the finding, as a sentence
+--   measures  MAP(VARCHAR, DOUBLE)  the same numbers by name; a name ends in its unit (_ps, _share, _bytes, _count)
+--   subjects  VARCHAR[]  the ops, kernels, calls, ranks or profiles named, the worst first
+--   expected_saving_ps  BIGINT  step time a fix would save over the profile's complete steps (diagnose._profile_steps), ps
+--   expected_saving_share  DOUBLE  expected_saving_ps / the profile's step time, 0..1
+--   saving_method  VARCHAR  how expected_saving_ps is estimated
+--   fix  VARCHAR  what to change: the action, with the API or flag to try
+--   reference  VARCHAR  the documentation or paper behind the rule
+-- @include diagnose.input_bound
+-- @include diagnose.host_bound
+-- @include diagnose.launch_bound
+-- @include diagnose.gpu_gaps
+-- @include diagnose.low_utilization
+-- @include diagnose.sync_calls
+-- @include diagnose.pageable_memcpy
+-- @include diagnose.exposed_communication
+-- @include diagnose.exposed_copies
+-- @include diagnose.memory_bound_ops
+-- @include diagnose.low_precision
+-- @include diagnose.matmul_shapes
+-- @include diagnose.memory_headroom
+-- @include diagnose.memory_near_capacity

@@ -1,0 +1,34 @@
+-- diagnose.findings: what is wrong, how much a fix would save and what to change: the findings
+-- of every rule (sql/diagnose/<rule>.sql) at its default thresholds, the largest saving first.
+--
+-- The rules that read one profile at a time (diagnose._profile_findings, stored by compaction)
+-- and those that compare profiles: a job's stragglers, a series' regressions. A union module:
+-- each part runs on its own (xprosql.engine.library). A rule's own
+-- thresholds: run it alone (xprosql analyses diagnose.<rule>; run.diagnose(thresholds=...)).
+-- Savings of different rules may overlap (a gap can be both idle and a sync's wait): each is
+-- what its own fix would save, and they are not to be added up.
+--
+-- Order: expected_saving_ps DESC, expected_saving_share DESC, profile_id, rule, step NULLS FIRST, rank NULLS FIRST
+--
+-- Show: profile_id, rule, severity, expected_saving_share, title
+--
+-- Columns:
+--   profile_id  VARCHAR  profile the finding is about
+--   job  VARCHAR  the job (jobs.jobs) of a finding about a job's ranks; NULL otherwise
+--   rank  BIGINT  the rank the finding names; NULL otherwise
+--   device  VARCHAR  the device most affected; NULL when about the whole profile
+--   step  BIGINT  steps.step of the step most affected; NULL when about every step
+--   rule  VARCHAR  the rule: its module sql/diagnose/<rule>.sql
+--   severity  VARCHAR  high (the fix saves at least 20% of step time), medium (at least 5%), low
+--   title  VARCHAR  one line a person reads
+--   evidence  VARCHAR  the numbers behind the finding, as a sentence
+--   measures  MAP(VARCHAR, DOUBLE)  the same numbers by name; a name ends in its unit (_ps, _share, _bytes, _count)
+--   subjects  VARCHAR[]  the ops, kernels, calls, ranks or profiles named, the worst first
+--   expected_saving_ps  BIGINT  step time a fix would save over the profile's complete steps (diagnose._profile_steps), ps
+--   expected_saving_share  DOUBLE  expected_saving_ps / the profile's step time, 0..1
+--   saving_method  VARCHAR  how expected_saving_ps is estimated
+--   fix  VARCHAR  what to change: the action, with the API or flag to try
+--   reference  VARCHAR  the documentation or paper behind the rule
+-- @include diagnose._profile_findings
+-- @include diagnose.stragglers
+-- @include diagnose.regressions

@@ -1,0 +1,142 @@
+"""The critical path of each step (sql/critical_path, xprosql.queries.critical_path) against Holistic Trace
+Analysis's own critical path (HTA 0.5, run under pandas 3 with the fixes tests/critical_path_profiles.py lists), and
+on a generated CPU PyTorch job with a known sleep in a known op.
+
+Parity runs like for like: HTA's microsecond rounding (us_rounding), its loader's dropped last step
+(include_last_step=False) and its launch names in the stream queue (launch_calls='hta'). HTA's step instances are
+its ProfilerStep annotations on the CPU; a trace without steps is one whole-trace window on both sides.
+"""
+
+from __future__ import annotations
+
+import statistics
+from pathlib import Path
+from typing import Any
+
+import polars as pl
+import pytest
+from conftest import TEST_DATA
+from critical_path_profiles import (
+    SLEEP_OP,
+    SLEEP_S,
+    hta_critical_path,
+    hta_step_instances,
+    hta_trace,
+    make_sleep_job_profile,
+)
+
+import xprosql
+from xprosql.queries.critical_path import BOUND_BY, critical_path, critical_path_edges, critical_path_graph
+
+# Real NVIDIA traces where HTA's critical path runs (tests/data/README.md).
+TRACES = ["a100_nccl_rank0", "sampled_rank0", "h100_qwen1.5_0.5b", "b200_eager_nccl_rank0", "alexnet",
+          "event_sync_multi_stream", "triton_example"]
+LENGTH_REL = 0.01
+SHARE_PP = 1.0
+
+
+@pytest.fixture(scope="module")
+def warehouse(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    root = tmp_path_factory.mktemp("critical_path")
+    files = [TEST_DATA / "kineto" / f"{name}.json.gz" for name in TRACES]
+    assert xprosql.ingest(files, into=root / "run").ok
+    run = xprosql.load(root / "run")
+    names = dict(run.engine.sql("SELECT regexp_extract(source_path, '([^/]*)[.]json[.]gz$', 1), profile_id "
+                                "FROM profiles").rows())
+    ours = critical_path(run.engine, include_last_step=False, us_rounding=True, launch_calls="hta").pl()
+    return {"root": root, "run": run, "ids": names, "ours": ours}
+
+
+@pytest.mark.parametrize("name", TRACES)
+def test_length_and_breakdown_match_hta(warehouse: dict[str, Any], name: str, tmp_path: Path) -> None:
+    pytest.importorskip("hta", reason="holistictraceanalysis (test extra) is not installed")
+    trace = hta_trace(TEST_DATA / "kineto" / f"{name}.json.gz", tmp_path)
+    ours = warehouse["ours"].filter(pl.col("profile_id") == warehouse["ids"][name])
+    compared = 0
+    for step, instance in hta_step_instances(trace).items():
+        theirs = hta_critical_path(trace, instance)
+        if not theirs["ok"]:  # HTA's loader dropped this step (its last one)
+            continue
+        row = ours.filter(pl.col("step").is_null() if step is None else pl.col("step") == step)
+        assert row.height == 1, (name, step)
+        mine = row.row(0, named=True)
+        length_ps = theirs["length_us"] * 1e6
+        assert abs(mine["length_ps"] - length_ps) <= LENGTH_REL * length_ps, (name, step, mine["length_ps"], length_ps)
+        for category in BOUND_BY:
+            share = theirs["bound_by"].get(category, 0.0) / theirs["length_us"]
+            assert abs((mine[f"{category}_share"] or 0.0) - share) * 100 <= SHARE_PP, (name, step, category)
+        assert abs(sum(mine[f"{b}_share"] for b in BOUND_BY) - 1) < 1e-9
+        compared += 1
+    assert compared >= 1, f"HTA gave no critical path for {name}"
+
+
+def test_the_path_is_a_chain_and_its_weights_sum_to_the_length(warehouse: dict[str, Any]) -> None:
+    run, ours = warehouse["run"], warehouse["ours"]
+    path = critical_path_edges(run.engine, include_last_step=False, us_rounding=True, launch_calls="hta").pl()
+    for (profile, step_index), edges in path.group_by(["profile_id", "step_index"]):
+        edges = edges.sort("position")
+        assert edges["src_node"][1:].to_list() == edges["dst_node"][:-1].to_list()
+        length = ours.filter((pl.col("profile_id") == profile) & (pl.col("step_index") == step_index))["length_ps"][0]
+        assert edges["weight_ps"].sum() == length
+        assert edges.filter(pl.col("weight_ps") > 0)["bound_by"].null_count() == 0
+
+
+def test_edges_say_what_the_trace_lacks(warehouse: dict[str, Any]) -> None:
+    graph = critical_path_graph(warehouse["run"].engine, us_rounding=True).pl()
+    lacks = dict(graph.group_by("profile_id").agg(pl.col("missing_edges").first()).iter_rows())
+    ids = warehouse["ids"]
+    assert any("no cuda_sync events" in m for m in lacks[ids["a100_nccl_rank0"]])
+    assert not any("no cuda_sync events" in m for m in lacks[ids["alexnet"]])
+    assert any("without their cudaEventRecord" in m for m in lacks[ids["alexnet"]])  # its Event Syncs name none
+    kinds = set(graph.filter(pl.col("profile_id") == ids["event_sync_multi_stream"])["edge_kind"])
+    assert kinds == {"operator", "dependency", "kernel_launch_delay", "kernel_kernel_delay", "sync_dependency"}
+
+
+def test_cu_launch_kernel_ex_is_a_launch_by_default(warehouse: dict[str, Any]) -> None:
+    # The B200 trace's cuBLAS kernels are launched with cuLaunchKernelEx, which HTA's queue does not count: it
+    # reads the GPU waiting for the CPU as a 1.7 ms kernel-kernel gap. Counted as a launch, the path stays on the CPU.
+    run, profile = warehouse["run"], warehouse["ids"]["b200_eager_nccl_rank0"]
+    default = critical_path(run.engine, profiles=[profile], include_last_step=False, us_rounding=True).pl().row(0, named=True)
+    hta_like = warehouse["ours"].filter(pl.col("profile_id") == profile).row(0, named=True)
+    assert hta_like["gpu_kernel_kernel_overhead_ps"] > 1_000_000_000
+    assert default["gpu_kernel_kernel_overhead_ps"] < hta_like["gpu_kernel_kernel_overhead_ps"]
+
+
+# --- a generated CPU PyTorch job with a known sleep in a known op ---------------------------------------------
+
+
+@pytest.fixture(scope="session")
+def sleep_job(tmp_path_factory: pytest.TempPathFactory) -> xprosql.Run:
+    root = tmp_path_factory.mktemp("sleep_job")
+    trace = make_sleep_job_profile(root / "trace")
+    assert xprosql.ingest(trace, into=root / "run").ok
+    return xprosql.load(root / "run")
+
+
+@pytest.mark.slow
+def test_the_critical_path_holds_the_sleeping_op(sleep_job: xprosql.Run) -> None:
+    steps = critical_path(sleep_job.engine).pl()
+    assert steps.height == 12 and (steps["cpu_bound_share"] == 1.0).all()
+    assert steps["missing_edges"].to_list()[0] == ["no GPU ops: CPU edges only"]
+    path = critical_path_edges(sleep_job.engine).pl()
+    sleepy = [s for s in steps["step"].to_list() if s % 2 == 0]
+    for step in sleepy:
+        on_path = path.filter(pl.col("step") == step)
+        assert SLEEP_OP in set(on_path["name"]), step
+        # The op's span on the path holds the sleep.
+        span = on_path.filter(pl.col("name").str.contains("sleepy"))["weight_ps"].sum()
+        assert span >= SLEEP_S * 1e12, step
+
+
+@pytest.mark.slow
+def test_removing_the_sleep_predicts_the_steps_without_it(sleep_job: xprosql.Run) -> None:
+    steps = critical_path(sleep_job.engine).pl()
+    replayed = critical_path(sleep_job.engine, changes={SLEEP_OP: 0.0}).pl()
+    sleepy = steps["step"] % 2 == 0
+    predicted = statistics.median(replayed.filter(sleepy)["length_ps"].to_list())
+    measured = statistics.median((steps["window_end_ps"] - steps["window_start_ps"]).filter(~sleepy).to_list())
+    print(f"what-if {predicted / 1e9:.2f} ms, measured {measured / 1e9:.2f} ms")
+    assert abs(predicted - measured) <= 0.10 * measured, (predicted, measured)
+    # The replay propagates: the steps without the sleep do not move more than the op's own little time.
+    control = replayed.filter(~sleepy)["length_ps"] / steps.filter(~sleepy)["length_ps"]
+    assert (control > 0.95).all()
