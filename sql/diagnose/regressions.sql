@@ -132,7 +132,7 @@ SELECT
         CASE WHEN first_tags <> '' THEN first_tags ELSE 'profile ' || first_profile_id END,
         CAST($tag AS VARCHAR), series,
         CASE WHEN op IS NULL THEN 'look at the ops whose time grew in the same profile (the op findings of this rule, '
-                                  || 'ops.roofline self_time_ps) and at input, host and collective waits (steps.bottlenecks)'
+                                  || 'ops.roofline total_time_ps) and at input, host and collective waits (steps.bottlenecks)'
              ELSE printf('look at op %s: its shapes, dtype, fusion and the kernel or HLO it runs as (ops.roofline, '
                          || 'op_stats) in both profiles', op) END,
         coalesce(baseline_profile_id, first_profile_id), first_profile_id) AS fix,

@@ -2,8 +2,12 @@
 -- time, and the time per step of the longest ops, per value of a tag (a job).
 -- scope: fleet
 --
--- Built on fleet_profiles (step times) and roofline (op self times), which run
--- per share of profiles on a Dask cluster; this query runs on their rows.
+-- Built on fleet_profiles (step times) and roofline (op total times), which run
+-- per share of profiles on a Dask cluster; this query runs on their rows. An op's
+-- time is its total time, nested ops included: a slower op that comes to overlap
+-- the ops after it (a TPU copy-done whose transfer grew) hands them its self time,
+-- so its self time falls as it gets slower (the corpus's injected TPU regressions:
+-- self time -74%, total time +30%).
 --
 -- The rule, robust to single outliers: order a series' profiles by time; at
 -- each profile compare the median of the $window profiles before it with the
@@ -20,7 +24,7 @@
 --   $window     BIGINT   profiles in each window [range: 1..] (default: 5)
 --   $threshold  DOUBLE   relative change of the median that counts, 0.1 = 10% [range: 0..] (default: 0.1)
 --   $mads       DOUBLE   the change must also exceed this many scaled MADs of the window before [range: 0..] (default: 3.0)
---   $top        BIGINT   ops followed per series: the longest by total self time [range: 1..] (default: 10)
+--   $top        BIGINT   ops followed per series: the longest by total time [range: 1..] (default: 10)
 --
 -- Columns:
 --   series  VARCHAR  the tag's value
@@ -48,7 +52,7 @@ profile_points AS (
 ),
 op_points AS (
     SELECT pp.series, pp.profile_id, pp.host, pp.time_ns, r.device_kind || ':' || r.op AS op,
-           sum(r.self_time_ps) / greatest(pp.steps, 1) AS value
+           sum(r.total_time_ps) / greatest(pp.steps, 1) AS value
     FROM roofline AS r JOIN profile_points AS pp USING (profile_id)
     WHERE r.row_kind = 'op' AND r.op IS NOT NULL
     GROUP BY pp.series, pp.profile_id, pp.host, pp.time_ns, pp.steps, r.device_kind, r.op
