@@ -16,6 +16,8 @@ import xprosql
 from xprosql.engine.library import Library, Range, library, placeholders
 
 ANALYSES = [m.id for m in library().public()]
+# Run over every sample, the rules and the newest areas take minutes: slow, as their own tests (CI runs them).
+_SLOW_AREAS = ("diagnose.", "critical_path.", "names.")
 # Declared DuckDB type -> the Arrow types a Result may hold for it (integer sums arrive as int64).
 _ARROW = {
     "VARCHAR": (pa.string(), pa.large_string(), pa.string_view()),
@@ -76,7 +78,8 @@ PER_PROFILE = [m.id for m in library().public()
                if not m.fleet and m.id != "fleet.worst_steps" and "profile_id" in [c.name for c in m.columns]]
 
 
-@pytest.mark.parametrize("analysis", PER_PROFILE)
+@pytest.mark.parametrize("analysis", [pytest.param(a, marks=pytest.mark.slow) if a.startswith(_SLOW_AREAS) else a
+                                      for a in PER_PROFILE])
 def test_a_profile_without_rows_is_named_with_what_it_lacks(run: xprosql.Run, analysis: str) -> None:
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always", xprosql.NotApplicableWarning)

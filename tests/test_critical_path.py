@@ -28,6 +28,9 @@ from critical_path_profiles import (
 import xprosql
 from xprosql.queries.critical_path import BOUND_BY, critical_path, critical_path_edges, critical_path_graph
 
+# Slow (tests/conftest.py): every rule or analysis over every real sample; `--runslow` runs them (CI does).
+pytestmark = pytest.mark.slow
+
 # Real NVIDIA traces where HTA's critical path runs (tests/data/README.md).
 TRACES = ["a100_nccl_rank0", "sampled_rank0", "h100_qwen1.5_0.5b", "b200_eager_nccl_rank0", "alexnet",
           "event_sync_multi_stream", "triton_example"]

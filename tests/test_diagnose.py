@@ -34,6 +34,7 @@ def test_rule_declares_the_findings_columns(rule: str) -> None:
 
 
 @pytest.mark.parametrize("rule", RULES)
+@pytest.mark.slow
 def test_rule_returns_the_findings_columns_with_possible_numbers(rule: str, samples_warehouse: Path) -> None:
     run = xprosql.load(samples_warehouse)
     table = run.analysis(rule).arrow()
@@ -51,6 +52,7 @@ def test_rule_returns_the_findings_columns_with_possible_numbers(rule: str, samp
 
 # -- the facade, the command line, the stored findings ----------------------------------------------------------------
 
+@pytest.mark.slow
 def test_diagnose_is_every_rule_at_its_defaults(samples_warehouse: Path) -> None:
     run = xprosql.load(samples_warehouse)
     together = run.diagnose().arrow()
@@ -91,6 +93,7 @@ def test_a_profile_no_rule_applies_to_is_named(samples_warehouse: Path) -> None:
         run.diagnose()
 
 
+@pytest.mark.slow
 def test_compacted_findings_are_read_back_equal(samples_warehouse: Path, tmp_path: Path) -> None:
     copy = tmp_path / "run"
     shutil.copytree(samples_warehouse, copy)
@@ -106,6 +109,7 @@ def test_compacted_findings_are_read_back_equal(samples_warehouse: Path, tmp_pat
     assert after.to_pylist() == before.to_pylist()
 
 
+@pytest.mark.slow
 def test_command_line_text_and_rows(samples_warehouse: Path) -> None:
     command = [*xprosql_command(), "diagnose", str(samples_warehouse)]
     text = subprocess.run(command, capture_output=True, text=True, timeout=300)
@@ -126,6 +130,7 @@ def test_command_line_text_and_rows(samples_warehouse: Path) -> None:
     assert bad.returncode == 2 and "RULE.NAME=VALUE" in bad.stderr
 
 
+@pytest.mark.slow
 def test_report_opens_with_the_findings(samples_warehouse: Path, tmp_path: Path) -> None:
     run = xprosql.load(samples_warehouse)
     findings = run.diagnose().pl()
@@ -156,6 +161,7 @@ def test_readme_worked_example_is_what_diagnose_prints(tmp_path: Path) -> None:
         assert saving in example, saving
 
 
+@pytest.mark.slow
 def test_profiles_stored_by_an_xprosql_with_fewer_stored_tables_are_stored_again(
         samples_warehouse: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """A warehouse compacted before stored_findings and stored_collective_calls existed (simulated: compaction with

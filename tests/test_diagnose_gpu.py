@@ -33,7 +33,8 @@ import pytest
 
 import xprosql
 
-pytestmark = pytest.mark.filterwarnings("ignore::xprosql.errors.NotApplicableWarning")
+# Slow (tests/conftest.py): every rule or analysis over every real sample; `--runslow` runs them (CI does).
+pytestmark = [pytest.mark.slow, pytest.mark.filterwarnings("ignore::xprosql.errors.NotApplicableWarning")]
 
 GPU_RULES = ["sync_calls", "pageable_memcpy", "gpu_gaps", "low_utilization"]
 MS = 1_000_000_000  # ps

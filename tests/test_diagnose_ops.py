@@ -23,6 +23,9 @@ import pytest
 import xprosql
 from xprosql.models.hardware import chip_for_model
 
+# Slow (tests/conftest.py): every rule or analysis over every real sample; `--runslow` runs them (CI does).
+pytestmark = pytest.mark.slow
+
 H100_QWEN = "h100_qwen1.5_0.5b.json.gz"
 MI250 = "mi250_rocm.json.gz"
 MI300_SGLANG = "mi300_sglang_decode_bs32.json.gz"

@@ -19,6 +19,9 @@ import pytest
 
 import xprosql
 
+# Slow (tests/conftest.py): every rule or analysis over every real sample; `--runslow` runs them (CI does).
+pytestmark = pytest.mark.slow
+
 STEP_RULES = ["input_bound", "launch_bound", "exposed_communication", "exposed_copies", "host_bound"]
 
 

@@ -23,7 +23,12 @@ def test_every_module_has_a_golden_file() -> None:
     assert sorted(p.stem for p in GOLDEN.glob("*.csv")) == sorted(MODULES)
 
 
-@pytest.mark.parametrize("module_id", MODULES)
+# Over every sample each, the rules and the graph modules take minutes: slow, as their own tests (CI runs them).
+_SLOW_AREAS = ("diagnose.", "critical_path.", "names.")
+
+
+@pytest.mark.parametrize("module_id", [pytest.param(m, marks=pytest.mark.slow) if m.startswith(_SLOW_AREAS) else m
+                                       for m in MODULES])
 def test_module_rows_equal_the_golden_file(run: xprosql.Run, samples_warehouse: Path, module_id: str) -> None:
     arguments = cohort_parameters(run) if module_id.startswith("fleet.compare") else {}
     actual = golden_text(module_rows(run, module_id, arguments), samples_warehouse)

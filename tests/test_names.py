@@ -19,6 +19,9 @@ import pytest
 
 import xprosql
 
+# Slow (tests/conftest.py): every rule or analysis over every real sample; `--runslow` runs them (CI does).
+pytestmark = pytest.mark.slow
+
 CPU_ROOFS = {"peak_flops_per_s": 1e12, "peak_hbm_bytes_per_s": 1e11}
 
 
