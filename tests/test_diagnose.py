@@ -64,6 +64,7 @@ def test_diagnose_is_every_rule_at_its_defaults(samples_warehouse: Path) -> None
     assert savings == sorted(savings, reverse=True)
 
 
+@pytest.mark.slow
 def test_thresholds_and_rules_are_checked(samples_warehouse: Path) -> None:
     run = xprosql.load(samples_warehouse)
     with pytest.raises(xprosql.ParameterError, match="no rule 'nope'"):
@@ -76,6 +77,7 @@ def test_thresholds_and_rules_are_checked(samples_warehouse: Path) -> None:
         run.diagnose(min_severity="urgent")  # type: ignore[arg-type]
 
 
+@pytest.mark.slow
 def test_a_lower_threshold_finds_more_and_severity_filters(samples_warehouse: Path) -> None:
     run = xprosql.load(samples_warehouse)
     default = run.diagnose(rules=["input_bound"]).pl()
@@ -87,6 +89,7 @@ def test_a_lower_threshold_finds_more_and_severity_filters(samples_warehouse: Pa
     assert medium.height == int((shares >= 0.05).sum())
 
 
+@pytest.mark.slow
 def test_a_profile_no_rule_applies_to_is_named(samples_warehouse: Path) -> None:
     run = xprosql.load(samples_warehouse)
     with pytest.warns(xprosql.NotApplicableWarning, match=r"no rule applies to 1 of .*cupti_counters"):
@@ -143,6 +146,7 @@ def test_report_opens_with_the_findings(samples_warehouse: Path, tmp_path: Path)
     assert anchor is not None and f"id='{anchor.group(1)}'" in page and first["profile_id"] in anchor.group(1)
 
 
+@pytest.mark.slow
 def test_readme_worked_example_is_what_diagnose_prints(tmp_path: Path) -> None:
     """The README's diagnose example on the bundled H100 sample: its findings, titles and savings as printed."""
     sample = Path(__file__).resolve().parent / "data" / "kineto" / "h100_qwen1.5_0.5b.json.gz"
