@@ -131,6 +131,10 @@ def test_command_line_text_and_rows(samples_warehouse: Path) -> None:
     assert bad.returncode == 2 and bad.stderr.startswith("error: ") and "min_share" in bad.stderr
     bad = subprocess.run([*command, "--param", "min_share=0.1"], capture_output=True, text=True, timeout=300)
     assert bad.returncode == 2 and "RULE.NAME=VALUE" in bad.stderr
+    # a threshold of no rule is refused, even beside --rule (it was dropped without a word)
+    bad = subprocess.run([*command, "--rule", "input_bound", "--param", "nope.min_share=0.1"], capture_output=True,
+                         text=True, timeout=300)
+    assert bad.returncode == 2 and "no rule 'nope'" in bad.stderr
 
 
 @pytest.mark.slow

@@ -209,13 +209,15 @@ def _cmd_diagnose(args: argparse.Namespace) -> int:
         if not dot or not parameter:
             raise XprosqlError(f"--param {name}=...: write RULE.NAME=VALUE, e.g. gpu_gaps.min_gap_ps=1e9")
         thresholds.setdefault(rule, {})[parameter] = value
+    for rule in thresholds:  # a threshold of no rule is a mistake, whichever rules run
+        if f"diagnose.{rule}" not in library().modules:
+            raise XprosqlError(f"--param {rule}.…: no rule {rule!r}; xprosql analyses lists them as diagnose.RULE")
     # Each value read as its rule's declared type, then checked as Python's are.
-    typed = {rule: library().from_text(f"diagnose.{rule}", given) for rule, given in thresholds.items()
-             if f"diagnose.{rule}" in library().modules}
+    typed = {rule: library().from_text(f"diagnose.{rule}", given) for rule, given in thresholds.items()}
     run = load(args.dir)
     result = run.diagnose(profiles=args.profile or None, where=args.where, job=args.job,
-                                     rules=args.rule or (list(thresholds) if thresholds else None),
-                                     thresholds=typed or thresholds or None, min_severity=args.min_severity)
+                          rules=args.rule or (list(typed) if typed else None), thresholds=typed or None,
+                          min_severity=args.min_severity)
     if args.format != "text":
         _print_result(result, args, shown=shown_columns(library().module("diagnose.findings")), what="diagnose")
         return 0

@@ -281,7 +281,8 @@ class Run:
         for narrowing in ([] if where is None else [self.engine.profiles_where(where)],
                           [] if job is None else [_diagnose.job_profiles(self.engine, job)]):
             for ids in narrowing:
-                selected = ids if selected is None else [p for p in selected if p in set(ids)]
+                keep = set(ids)
+                selected = ids if selected is None else [p for p in selected if p in keep]
         return _diagnose.diagnose(self.engine, profiles=selected, rules=rules, thresholds=thresholds,
                                   min_severity=min_severity)
 

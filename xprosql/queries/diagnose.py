@@ -21,6 +21,7 @@ import pyarrow.compute as pc
 
 from xprosql.engine import Engine, Result
 from xprosql.errors import NotApplicableWarning, ParameterError
+from xprosql.models.tables import PARTITION_COLUMN, TABLES
 from xprosql.queries._params import Profiles
 
 __all__ = ["SEVERITIES", "Severity", "diagnose", "job_profiles", "rule_names"]
@@ -29,6 +30,7 @@ Severity = Literal["high", "medium", "low"]
 SEVERITIES: tuple[Severity, ...] = ("high", "medium", "low")
 _AREA = "diagnose."
 _ALL = "diagnose.findings"
+_FINDINGS = pa.schema([pa.field(PARTITION_COLUMN, pa.string()), *TABLES["stored_findings"]])
 
 
 def rule_names(engine: Engine) -> list[str]:
@@ -78,7 +80,7 @@ def diagnose(
         table = engine.analysis(_ALL, profiles=profiles).arrow()
     else:
         parts = [engine.analysis(_AREA + rule, profiles=profiles, **thresholds.get(rule, {})).arrow() for rule in chosen]
-        table = _in_order(pa.concat_tables(parts)) if parts else engine.analysis(_ALL, profiles=profiles).arrow().slice(0, 0)
+        table = _in_order(pa.concat_tables(parts)) if parts else _FINDINGS.empty_table()
     allowed = SEVERITIES[: SEVERITIES.index(min_severity) + 1]
     table = table.filter(pc.is_in(table.column("severity"), pa.array(allowed)))
     result = Result.from_arrow(table, description=_ALL)
