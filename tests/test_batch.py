@@ -110,7 +110,7 @@ def test_interrupted_in_process_then_resumed_equals_uninterrupted(
     logs: Path, serial_warehouse: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     root = tmp_path / "run"
-    monkeypatch.setattr(importlib.import_module("xprosql.ingest"), "COMMIT_BATCH", 1)  # a commit per profile
+    monkeypatch.setattr(importlib.import_module("xprosql.ingest.batch"), "COMMIT_BATCH", 1)  # a commit per profile
     real_append = Warehouse._append
     calls = {"n": 0}
 

@@ -149,7 +149,7 @@ def test_a_compaction_that_dies_changes_nothing(warehouse: Path, monkeypatch: py
 
 @pytest.mark.slow
 def test_automatic_compaction_after_ingest(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(importlib.import_module("xprosql.ingest"), "AUTO_COMPACT_MIN_PROFILES", 4)
+    monkeypatch.setattr(importlib.import_module("xprosql.ingest.batch"), "AUTO_COMPACT_MIN_PROFILES", 4)
     root = tmp_path / "run"
     report = xprosql.ingest(KINETO[:3], into=root)
     assert report.compaction is None  # 3 new profiles: not yet worth it

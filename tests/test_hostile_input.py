@@ -277,7 +277,7 @@ def test_a_full_disk_stops_the_batch_with_its_summary(tmp_path: Path, monkeypatc
     paths = _kineto_variants(tmp_path / "logs", 5)
     commits = {"n": 0}
     real_commit = Warehouse.commit
-    monkeypatch.setattr(importlib.import_module("xprosql.ingest"), "COMMIT_BATCH", 1)  # a commit per profile
+    monkeypatch.setattr(importlib.import_module("xprosql.ingest.batch"), "COMMIT_BATCH", 1)  # a commit per profile
 
     def commit(self: Warehouse, staged: list) -> list[bool]:
         commits["n"] += 1
@@ -434,7 +434,7 @@ def test_a_worker_killed_on_one_file_names_that_file_and_the_rest_ingest(tmp_pat
     hooks.mkdir()
     (hooks / "sitecustomize.py").write_text(
         "import importlib, os, signal\n"
-        "ingest = importlib.import_module('xprosql.ingest')\n"
+        "ingest = importlib.import_module('xprosql.ingest.batch')\n"
         "real = ingest._ingest_file\n"
         "def dying(path, *args, **kwargs):\n"
         "    if path.name.startswith('crash'):\n"

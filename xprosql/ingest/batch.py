@@ -1,0 +1,805 @@
+"""Batch ingest: find profile files, name the profiles, decode them (in N processes with ``jobs=N``)
+and commit them to a warehouse a few at a time.
+
+One module per source format turns a file into Arrow record batches (:mod:`xprosql.ingest.xspace`,
+:mod:`xprosql.ingest.kineto`, :mod:`xprosql.ingest.hlo`); this module orchestrates them. Profiles are
+committed ``COMMIT_BATCH`` at a time (one Delta log entry per table for all of them), each profile whole,
+so an interrupted batch is resumed by running it again.
+
+Tags label profiles for grouping and pruning: ``tags={"job": "bert"}`` and
+``xprosql.json`` files in the profile directories (see :func:`read_metadata_file`);
+they land in ``profiles.tags``.
+
+Example:
+    >>> report = ingest("logs/", into="run/")                 # doctest: +SKIP
+    >>> print(report)                                          # doctest: +SKIP
+    1 ingested, 0 already present, 0 failed
+    >>> ingest("fleet/", into="run/", jobs=8, tags={"team": "nlp"})   # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+import concurrent.futures as cf
+import ctypes
+import datetime as dt
+import errno
+import hashlib
+import json
+import mmap
+import multiprocessing
+import os
+import re
+import signal
+import stat
+import sys
+import threading
+import time
+from collections.abc import Callable, Container, Iterable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO
+
+import duckdb
+import pyarrow as pa
+
+from xprosql.engine.executor import derive_stored_table
+from xprosql.errors import IngestError, WarehouseError
+from xprosql.ingest import xspace_wire
+from xprosql.ingest.derived import DecodedTables, Deriver
+from xprosql.ingest.secrets import Redactor
+from xprosql.models.tables import TABLES
+from xprosql.warehouse import AUTO_COMPACT_MIN_PROFILES, COMMIT_BATCH, CompactReport, StagedProfile, Warehouse
+
+__all__ = [
+    "METADATA_FILE",
+    "IngestInterrupted",
+    "IngestReport",
+    "ProfileIngested",
+    "find_profiles",
+    "ingest",
+    "profile_id_of",
+    "read_metadata_file",
+    "tags_for",
+]
+
+# Per-directory metadata: {"tags": {"job": "bert", "commit": "3f2a..."}}; inherited by subdirectories.
+METADATA_FILE = "xprosql.json"
+
+XSPACE_SUFFIX = ".xplane.pb"
+JSON_SUFFIXES = (".json", ".json.gz")
+# XProf writes <host>.trace.json.gz beside <host>.xplane.pb: a lossy view of the same profile;
+# jax.profiler.trace(create_perfetto_trace=True) perfetto_trace.json.gz beside it, another.
+_DERIVED_TRACE_SUFFIX = ".trace.json.gz"
+_PERFETTO_TRACE = "perfetto_trace.json.gz"
+# torch.profiler.tensorboard_trace_handler names its files <host>_<pid>.<ns>.pt.trace.json[.gz].
+_TENSORBOARD_TRACE = re.compile(r"^(?P<host>.+)_\d+\.\d+\.pt\.trace\.json(\.gz)?$")
+
+
+@dataclass(frozen=True)
+class ProfileIngested:
+    """One source file and what became of it."""
+
+    path: str
+    profile_id: str
+    rows: dict[str, int] = field(default_factory=dict)
+    redacted_secrets: int = 0  # values replaced by <redacted> (xprosql.ingest.secrets)
+
+
+@dataclass
+class IngestReport:
+    """What an ingest did: profiles written, skipped as already present, and failures with reasons."""
+
+    ingested: list[ProfileIngested] = field(default_factory=list)
+    skipped: list[ProfileIngested] = field(default_factory=list)
+    failed: list[tuple[str, str]] = field(default_factory=list)
+    compaction: CompactReport | None = None
+    #: files not attempted because the ingest was interrupted or stopped (run it again to resume)
+    not_done: list[str] = field(default_factory=list)
+    #: why the batch stopped before its end (a full disk), None when it did not
+    stopped: str | None = None
+
+    @property
+    def ok(self) -> bool:
+        return not self.failed
+
+    def __str__(self) -> str:
+        lines = [f"{len(self.ingested)} ingested, {len(self.skipped)} already present, {len(self.failed)} failed"]
+        for item in self.ingested:
+            counts = ", ".join(f"{n} {table}" for table, n in item.rows.items() if n)
+            lines.append(f"  ingested {item.path} as {item.profile_id}: {counts}")
+        for item in self.skipped:
+            lines.append(f"  already present {item.path} ({item.profile_id})")
+        for path, reason in self.failed:
+            lines.append(f"  FAILED {path}: {reason}")
+        if self.stopped:
+            lines.append(f"  stopped: {self.stopped}")
+        if self.not_done:
+            lines.append(f"  not done: {len(self.not_done)} files; run the same ingest again to resume")
+        if self.compaction is not None and self.compaction.files_written:
+            lines.append(f"  compacted: {self.compaction}")
+        return "\n".join(lines)
+
+
+class IngestInterrupted(KeyboardInterrupt):
+    """Ctrl-C during an ingest: what was committed stays, ``report`` says what was done.
+
+    Every committed profile is whole; running the same ingest again skips them and
+    does the rest.
+    """
+
+    def __init__(self, report: IngestReport) -> None:
+        super().__init__(f"ingest interrupted: {len(report.ingested)} ingested, {len(report.not_done)} not done")
+        self.report = report
+
+
+def profile_id_of(data: bytes) -> str:
+    """Stable profile id: the first 16 hex digits of the content's SHA-256."""
+    return hashlib.sha256(data).hexdigest()[:16]
+
+
+def _is_profile_file(path: Path) -> bool:
+    name = path.name
+    if name == METADATA_FILE:
+        return False
+    if name.endswith(XSPACE_SUFFIX):
+        return True
+    if not name.endswith(JSON_SUFFIXES):
+        return False
+    if name.endswith(_DERIVED_TRACE_SUFFIX):
+        sibling = path.with_name(name[: -len(_DERIVED_TRACE_SUFFIX)] + XSPACE_SUFFIX)
+        return not sibling.exists()
+    if name == _PERFETTO_TRACE:
+        return not any(path.parent.glob(f"*{XSPACE_SUFFIX}"))
+    return True
+
+
+def find_profiles(source: str | os.PathLike[str], *, problems: list[tuple[str, str]] | None = None) -> list[Path]:
+    """Profile files under ``source``: the file itself, or every profile below a directory.
+
+    A directory yields its ``*.xplane.pb`` (XSpace) and ``*.json`` / ``*.json.gz``
+    (Kineto) files, except the ``<host>.trace.json.gz`` XProf derives from a
+    ``<host>.xplane.pb`` beside it, and the ``perfetto_trace.json.gz`` JAX writes beside
+    one. Such a file found without its ``.xplane.pb``, or named, fails its ingest saying so.
+
+    Below a directory, symbolic links that lead out of it are not followed, and
+    directories that cannot be read are skipped: each goes to ``problems`` as
+    (path, reason), so none is lost silently. A file named directly is read wherever
+    it leads.
+    """
+    path = Path(source)
+    if path.is_dir():
+        root = path.resolve()
+        found = []
+
+        def unreadable(error: OSError) -> None:
+            if problems is not None:
+                problems.append((str(error.filename or path), f"directory not searched: {error.strerror or error}"))
+
+        for directory, subdirectories, files in os.walk(path, onerror=unreadable):
+            for name in sorted(files) + [d for d in subdirectories if os.path.islink(os.path.join(directory, d))]:
+                candidate = Path(directory, name)
+                if candidate.is_symlink() and not candidate.resolve().is_relative_to(root):
+                    if problems is not None and (candidate.is_dir() or _is_profile_file(candidate)):
+                        problems.append((str(candidate), f"a link out of {path}, to {candidate.resolve()}: not followed "
+                                                         "(name the file to ingest it)"))
+                elif candidate.is_file() and _is_profile_file(candidate):
+                    found.append(candidate)
+                elif _is_profile_file(candidate) and not candidate.is_dir() and problems is not None:
+                    problems.append((str(candidate), "not a regular file (a FIFO, device or socket): refused"))
+        found.sort()
+        if not found:
+            raise IngestError(path, "no profiles found (no *.xplane.pb, *.json or *.json.gz files below this directory)")
+        return found
+    if not path.exists():
+        raise IngestError(path, "no such file or directory")
+    return [path]
+
+
+# A decoder: the bytes of one file (and its name, for errors) to (table, record batch) pairs.
+_Decoder = Callable[..., Iterator[tuple[str, pa.RecordBatch]]]
+
+
+# Each format's decoder is imported with its first file: the XSpace one loads Polars (0.4 s), which a process
+# ingesting only Kineto traces never needs.
+def _decode_xspace(data: bytes, *, source: str) -> Iterator[tuple[str, pa.RecordBatch]]:
+    from xprosql.ingest.xspace import decode_xspace
+
+    return decode_xspace(data, source=source)
+
+
+def _decode_kineto(data: bytes, *, source: str) -> Iterator[tuple[str, pa.RecordBatch]]:
+    from xprosql.ingest.kineto import decode_kineto
+
+    return decode_kineto(data, source=source)
+
+
+def _decoder(path: Path, head: bytes) -> _Decoder:
+    """XSpace by name; JSON (plain or gzipped) by name or content (``head``: the file's first bytes); else XSpace,
+    whose errors say what it is."""
+    if path.name.endswith(XSPACE_SUFFIX):
+        return _decode_xspace
+    if path.name.endswith(JSON_SUFFIXES) or head[:2] == b"\x1f\x8b" or head.lstrip()[:1] in (b"{", b"["):
+        return _decode_kineto
+    return _decode_xspace
+
+
+def _run_and_host(path: Path) -> tuple[str | None, str]:
+    """The run and the host of a file, from its path: the host when the file does not say it (an XSpace's
+    hostnames, a Kineto trace's host_name win).
+
+    jax.profiler.trace writes <logdir>/plugins/profile/<run>/<host>.xplane.pb;
+    torch.profiler.tensorboard_trace_handler <dir>/<host>_<pid>.<ns>.pt.trace.json.
+    """
+    host = path.name
+    if match := _TENSORBOARD_TRACE.match(host):
+        host = match["host"]
+    for suffix in (XSPACE_SUFFIX, *JSON_SUFFIXES[::-1]):
+        if host.endswith(suffix):
+            host = host[: -len(suffix)]
+            break
+    parts = path.parts
+    run = parts[-2] if len(parts) >= 4 and parts[-4:-2] == ("plugins", "profile") else None
+    return run, host
+
+
+def read_metadata_file(path: str | os.PathLike[str]) -> dict[str, str]:
+    """The tags of one ``xprosql.json`` metadata file.
+
+    The format is a JSON object with one key, ``tags``: an object of tag names to
+    values (strings; numbers and booleans are written as JSON writes them)::
+
+        {"tags": {"job": "bert-large", "commit": "3f2a9c1", "cluster": "v6e-64"}}
+
+    Example:
+        >>> read_metadata_file("logs/bert/xprosql.json")           # doctest: +SKIP
+        {'job': 'bert-large', 'commit': '3f2a9c1', 'cluster': 'v6e-64'}
+    """
+    path = Path(path)
+    try:
+        document = json.loads(path.read_text())
+    except (OSError, UnicodeDecodeError, ValueError) as exc:
+        raise IngestError(path, f"unreadable metadata file: {exc}") from None
+    if not isinstance(document, dict) or set(document) - {"tags"}:
+        raise IngestError(path, 'metadata file must be a JSON object with the key "tags", e.g. {"tags": {"job": "bert"}}')
+    tags = document.get("tags", {})
+    if not isinstance(tags, dict):
+        raise IngestError(path, '"tags" must be an object of tag names to values')
+    result = {}
+    for key, value in tags.items():
+        if not key or "=" in key:
+            raise IngestError(path, f"bad tag name {key!r}")
+        if isinstance(value, (dict, list)) or value is None:
+            raise IngestError(path, f"tag {key!r}: value must be a string, number or boolean")
+        result[key] = value if isinstance(value, str) else json.dumps(value)
+    return result
+
+
+def tags_for(
+    path: str | os.PathLike[str],
+    *,
+    root: str | os.PathLike[str] | None = None,
+    tags: Mapping[str, str] | None = None,
+    _cache: dict[Path, dict[str, str]] | None = None,
+) -> dict[str, str]:
+    """Tags of the profile at ``path``: the ``xprosql.json`` files of its directory and of
+    each directory above it up to ``root`` (the directory given to ingest; by default the
+    profile's own directory), the deeper file winning, then ``tags`` over all of them.
+
+    Example:
+        >>> tags_for("logs/bert/run1/host0.xplane.pb", root="logs", tags={"team": "nlp"})  # doctest: +SKIP
+        {'job': 'bert-large', 'commit': '3f2a9c1', 'team': 'nlp'}
+    """
+    path = Path(path).absolute()
+    top = Path(root).absolute() if root is not None else path.parent
+    if top.is_file():
+        top = top.parent
+    directories = []
+    directory = path.parent
+    while True:
+        directories.append(directory)
+        if directory == top or directory.parent == directory:
+            break
+        directory = directory.parent
+    if top not in directories:  # root is not above path: only the profile's own directory
+        directories = [path.parent]
+    merged: dict[str, str] = {}
+    for directory in reversed(directories):
+        if _cache is not None and directory in _cache:
+            found = _cache[directory]
+        else:
+            candidate = directory / METADATA_FILE
+            found = read_metadata_file(candidate) if candidate.is_file() else {}
+            if _cache is not None:
+                _cache[directory] = found
+        merged.update(found)
+    merged.update(tags or {})
+    return dict(sorted(merged.items()))
+
+
+# What became of one file: ("ingested" | "skipped", path, profile_id, (rows, redacted secrets)), ("failed", path,
+# "", reason), ("disk_full", path, "", reason), which stops the batch, or ("not_done", path, "", ""): not tried.
+_Outcome = tuple[str, str, str, object]
+# A file decoded and staged, waiting for its chunk's commit: its outcome once committed, and its files.
+_Staged = tuple[ProfileIngested, StagedProfile]
+
+
+def _attempt(path: Path, warehouse: Warehouse, deriver: Deriver, present: Container[str], *, tags: Mapping[str, str],
+             keep_secrets: bool) -> _Outcome | _Staged:
+    """Decode and stage one file; every failure, whatever its kind, is an outcome naming the file, never an exception."""
+    try:
+        result, staged = _ingest_file(path, warehouse, deriver, present, tags=tags, keep_secrets=keep_secrets)
+    except IngestError as exc:
+        return "failed", exc.path, "", exc.problem
+    except OSError as exc:
+        return _os_failure(str(path), exc)
+    except RecursionError:
+        return "failed", str(path), "", "nested too deeply to decode"
+    except MemoryError:
+        return "failed", str(path), "", "does not fit in memory: it expands to more than this machine has"
+    except Exception as exc:  # a bug must not stop the batch: report it against the file
+        return "failed", str(path), "", f"internal error: {type(exc).__name__}: {exc}"
+    if staged is None:
+        return "skipped", result.path, result.profile_id, (result.rows, result.redacted_secrets)
+    return result, staged
+
+
+def _os_failure(path: str, exc: OSError) -> _Outcome:
+    if exc.errno == errno.ENOSPC:
+        return "disk_full", path, "", f"no space left on the warehouse's disk ({exc.strerror}); nothing of it was kept"
+    return "failed", path, "", f"cannot ingest: {exc.strerror or exc}"
+
+
+def _ingest_chunk(items: Sequence[tuple[Path, Mapping[str, str]]], warehouse: Warehouse, *,
+                  keep_secrets: bool) -> list[_Outcome]:
+    """Decode and stage each file, then commit the staged profiles together (each one whole)."""
+    outcomes: list[_Outcome | None] = []
+    staged: dict[int, _Staged] = {}
+    deriver = Deriver()  # one DuckDB connection derives the chunk's small profiles
+    # Read once a chunk, not once a file (the profiles table's log: 20-40 ms in a warehouse of 1,000): a profile
+    # that another process commits meanwhile is decoded for nothing, and the commit keeps one copy.
+    present = frozenset(warehouse.profile_ids())
+    try:
+        for index, (path, tags) in enumerate(items):
+            attempt = _attempt(path, warehouse, deriver, present, tags=tags, keep_secrets=keep_secrets)
+            if len(attempt) == 2:
+                staged[index] = attempt
+                outcomes.append(None)
+                continue
+            outcomes.append(attempt)
+            if attempt[0] == "disk_full":  # the rest waits for a resume
+                outcomes += [("not_done", str(p), "", "") for p, _ in items[index + 1:]]
+                break
+        if staged:
+            if _PARENT is not None and os.getppid() != _PARENT:
+                for index, (result, _) in staged.items():
+                    outcomes[index] = ("failed", result.path, "", "the ingest that asked for it has stopped: not committed")
+                return [o for o in outcomes if o is not None]
+            try:
+                kept = warehouse.commit([item for _, item in staged.values()])
+            except OSError as exc:
+                for index, (result, _) in staged.items():
+                    outcomes[index] = _os_failure(result.path, exc)
+            except Exception as exc:  # a bug must not stop the batch: report it against the files
+                for index, (result, _) in staged.items():
+                    outcomes[index] = ("failed", result.path, "", f"not committed: {type(exc).__name__}: {exc}")
+            else:
+                for (index, (result, _)), committed in zip(staged.items(), kept, strict=True):
+                    outcomes[index] = ("ingested" if committed else "skipped", result.path, result.profile_id,
+                                       (result.rows if committed else {}, result.redacted_secrets))
+    finally:
+        deriver.close()
+        for _, item in staged.values():
+            item.discard()  # committed ones are gone already; a Ctrl-C discards the rest
+    return [o for o in outcomes if o is not None]
+
+
+def _record(report: IngestReport, outcome: _Outcome) -> None:
+    status, name, profile_id, payload = outcome
+    if status == "not_done":
+        report.not_done.append(name)
+        return
+    if status in ("failed", "disk_full"):
+        report.failed.append((name, str(payload)))
+        if status == "disk_full":
+            report.stopped = f"{payload} (at {name})"
+        return
+    rows, redacted = payload if isinstance(payload, tuple) else ({}, 0)
+    (report.ingested if status == "ingested" else report.skipped).append(ProfileIngested(name, profile_id, rows, redacted))
+
+
+@contextmanager
+def _contents(path: Path) -> Iterator[tuple[bytes | mmap.mmap, _Decoder]]:
+    """The file's bytes and its decoder.
+
+    The bytes are a private copy, read whole, so a profiler still writing the file (or truncating it) cannot
+    pull them from under the decoder; a file that changed while it was read is refused. Only an XSpace larger
+    than half the free memory is mapped instead (its decoder walks it a chunk at a time and drops the pages it
+    is done with): such a file must not change while it ingests. FIFOs, devices and sockets are refused up
+    front: reading one could block forever or never end."""
+    try:
+        descriptor = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
+    except OSError as exc:
+        raise IngestError(path, f"cannot read: {exc.strerror or exc}") from None
+    with open(descriptor, "rb") as file:
+        try:
+            before = os.fstat(file.fileno())
+            if not stat.S_ISREG(before.st_mode):
+                raise IngestError(path, "not a regular file (a FIFO, device or socket): refused")
+            size = before.st_size
+            decoder = _decoder(path, file.read(4096))
+            file.seek(0)
+            available = xspace_wire.available_memory()
+            data: bytes | mmap.mmap
+            if size and decoder is _decode_xspace and available is not None and size > available // 2:
+                data = mmap.mmap(file.fileno(), 0, access=mmap.ACCESS_READ)
+            else:
+                if available is not None and size > available:  # fail clearly rather than be killed reading it
+                    raise IngestError(path, f"too large to read: {size / 2**30:.1f} GiB, "
+                                            f"{available / 2**30:.1f} GiB of memory is free")
+                data = file.read(size + 1)
+                after = os.fstat(file.fileno())
+                if len(data) != size or (after.st_size, after.st_mtime_ns) != (before.st_size, before.st_mtime_ns):
+                    raise IngestError(path, "changed while it was read (is a profiler still writing it?): "
+                                            "ingest it again once it is complete")
+        except OSError as exc:
+            raise IngestError(path, f"cannot read: {exc.strerror or exc}") from None
+    try:
+        yield data, decoder
+    finally:
+        if isinstance(data, mmap.mmap):
+            try:
+                data.close()
+            except BufferError:  # arrays of a failed decode still point into it: the collector unmaps it
+                pass
+
+
+def _ingest_file(path: Path, warehouse: Warehouse, deriver: Deriver, present: Container[str], *,
+                 tags: Mapping[str, str] | None, keep_secrets: bool = False) -> tuple[ProfileIngested, StagedProfile | None]:
+    """Decode ``path`` into staged files (None when its content is among the ``present`` profiles); the caller
+    commits."""
+    with _contents(path) as (data, decoder):
+        sha256 = hashlib.sha256(data).hexdigest()
+        xspace_wire.drop_pages(data)
+        profile_id = sha256[:16]  # profile_id_of(data), hashed once
+        if profile_id in present:
+            return ProfileIngested(str(path), profile_id), None
+        run, host = _run_and_host(path)
+        with warehouse.stage(profile_id) as staged:
+            try:
+                decoded = DecodedTables()
+                redactor = None if keep_secrets else Redactor()
+                for table, batch in decoder(data, source=str(path)):
+                    if redactor is not None:
+                        batch = redactor.batch(table, batch)
+                    if table == "profiles":  # the last: every secret of the profile is counted
+                        batch = _complete_profile_row(batch, path=path, size=len(data), sha256=sha256, run=run,
+                                                      host=host, tags=tags or {},
+                                                      redacted=None if redactor is None else redactor.count)
+                    staged.write(table, batch)
+                    decoded.add(table, batch)
+                xspace_wire.drop_pages(data)
+                try:
+                    for table, rows in deriver.derive(staged, decoded):
+                        for batch in rows.to_batches():
+                            staged.write(table, batch)
+                except duckdb.Error as exc:  # values the summary SQL cannot add up (e.g. sums past int64)
+                    raise IngestError(path, f"cannot derive its summary tables: {type(exc).__name__}: {exc}") from None
+                staged.finish()
+            except (OverflowError, ValueError, TypeError, KeyError, pa.ArrowException) as exc:
+                # A file that parses but holds impossible values (times past int64 ps, ...).
+                raise IngestError(path, f"corrupt content: {type(exc).__name__}: {exc}") from None
+    return ProfileIngested(str(path), profile_id, {t: n for t, n in staged.rows.items()},
+                           0 if redactor is None else redactor.count), staged
+
+
+def _complete_profile_row(
+    batch: pa.RecordBatch, *, path: Path, size: int, sha256: str, run: str | None, host: str, tags: Mapping[str, str],
+    redacted: int | None,
+) -> pa.RecordBatch:
+    from xprosql._version import __version__
+
+    row = batch.to_pylist()[0]
+    row.update(
+        source_path=str(path.resolve()),
+        host=row["host"] or host,
+        run=run,
+        tags=sorted(tags.items()),
+        file_bytes=size,
+        content_sha256=sha256,
+        ingested_at=dt.datetime.now(dt.timezone.utc),
+        xprosql_version=__version__,
+        redacted_secrets=redacted,
+    )
+    return pa.RecordBatch.from_pylist([row], schema=TABLES["profiles"])
+
+
+def _task(paths: list[str], into: str, tags: list[dict[str, str]], keep_secrets: bool) -> list[_Outcome]:
+    """A chunk of files in a worker process, committed together."""
+    return _ingest_chunk([(Path(p), t) for p, t in zip(paths, tags, strict=True)], Warehouse(into),
+                         keep_secrets=keep_secrets)
+
+
+# The process that started this worker (None: not a worker). A worker never commits for a parent that is gone.
+_PARENT: int | None = None
+_PR_SET_PDEATHSIG = 1
+
+
+def _worker_init(parent: int) -> None:
+    global _PARENT
+    _PARENT = parent
+    # The parent decides what Ctrl-C does: it lets running files finish and commit.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    # Linux: the kernel kills the worker when its parent dies (kill -9 included), rather than leave it running.
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+    except (OSError, AttributeError):  # not Linux: the commit check below still holds
+        pass
+    if os.getppid() != parent:  # the parent died before the signal was armed
+        os._exit(1)
+
+
+class _Progress:
+    """A one-line progress bar on stderr: done/total, files/s, MB/s, ETA, failures.
+
+    On a terminal it redraws in place; elsewhere (logs, CI) it prints a line every
+    ``every`` seconds.
+    """
+
+    def __init__(self, total: int, total_bytes: int, *, stream: IO[str] | None = None, every: float = 10.0) -> None:
+        self.total, self.total_bytes = total, max(total_bytes, 1)
+        self.done = self.done_bytes = self.failed = 0
+        self.stream = stream or sys.stderr
+        self.tty = hasattr(self.stream, "isatty") and self.stream.isatty()
+        self.every = 0.1 if self.tty else every
+        self.start = self.last = time.monotonic()
+        self._draw(force=True)
+
+    def update(self, nbytes: int, *, failed: bool = False) -> None:
+        self.done += 1
+        self.done_bytes += nbytes
+        self.failed += failed
+        self._draw(force=self.done == self.total)
+
+    def _draw(self, *, force: bool = False) -> None:
+        now = time.monotonic()
+        if not force and now - self.last < self.every:
+            return
+        self.last = now
+        elapsed = max(now - self.start, 1e-9)
+        fraction = self.done_bytes / self.total_bytes
+        eta = elapsed * (1 - fraction) / fraction if fraction > 0 else None
+        width = 24
+        bar = "#" * int(width * self.done / max(self.total, 1))
+        text = (
+            f"ingest [{bar:<{width}}] {self.done}/{self.total} {self.done / elapsed:.1f} files/s "
+            f"{self.done_bytes / elapsed / 1e6:.1f} MB/s ETA {_duration(eta)}"
+            + (f" {self.failed} failed" if self.failed else "")
+        )
+        self.stream.write(("\r" + text + "\x1b[K") if self.tty else text + "\n")
+        self.stream.flush()
+
+    def close(self) -> None:
+        if self.tty:
+            self.stream.write("\n")
+            self.stream.flush()
+
+
+def _duration(seconds: float | None) -> str:
+    if seconds is None:
+        return "?"
+    seconds = int(seconds + 0.5)
+    return f"{seconds // 3600}h{seconds % 3600 // 60:02d}m" if seconds >= 3600 else f"{seconds // 60}m{seconds % 60:02d}s"
+
+
+def ingest(
+    sources: str | os.PathLike[str] | Iterable[str | os.PathLike[str]],
+    *,
+    into: str | os.PathLike[str],
+    jobs: int = 1,
+    tags: Mapping[str, str] | None = None,
+    progress: bool | None = None,
+    compact: bool | str = "auto",
+    keep_secrets: bool = False,
+) -> IngestReport:
+    """Ingest profile files or directories into the warehouse at ``into``.
+
+    Bad files are reported in ``report.failed`` with the reason, and the good
+    ones are ingested; a file already in the warehouse (same content) is
+    skipped. Each profile is committed atomically, so an interrupted ingest
+    (Ctrl-C raises :class:`IngestInterrupted`; a killed process) is resumed by
+    running it again, without loss or duplicates.
+
+    Options:
+        jobs: processes decoding files at once (1: in this process).
+        tags: tags of every profile, over those of ``xprosql.json`` files (:func:`tags_for`).
+        progress: a progress bar on stderr; default: when stderr is a terminal.
+        compact: "auto" compacts once enough profiles were committed since the last compaction
+            (``AUTO_COMPACT_MIN_PROFILES``); True always; False never.
+        keep_secrets: store credentials as the files hold them; by default they are replaced by
+            ``<redacted>`` and counted (``profiles.redacted_secrets``; :mod:`xprosql.ingest.secrets`).
+
+    Example:
+        >>> report = ingest(["a.xplane.pb", "logs/"], into="run/")   # doctest: +SKIP
+        >>> report.ok                                                # doctest: +SKIP
+        True
+        >>> ingest("fleet/", into="run/", jobs=8, tags={"job": "bert"}, progress=True)  # doctest: +SKIP
+    """
+    if isinstance(sources, (str, os.PathLike)):
+        sources = [sources]
+    for key in tags or {}:
+        if not key or "=" in key:
+            raise ValueError(f"bad tag name {key!r}")
+    warehouse = Warehouse(into)
+    created = not warehouse.root.exists()
+    if warehouse.is_older_format():
+        raise WarehouseError(f"{into}: a warehouse of an older xprosql (hive partitions, not Delta tables); convert it "
+                             f"with `xprosql upgrade {into}` first")
+    report = IngestReport()
+    # Leftovers of killed ingests (staging folders, commits cut short) go first.
+    warehouse.collect_garbage()
+    work: list[tuple[Path, dict[str, str]]] = []
+    cache: dict[Path, dict[str, str]] = {}
+    for source in sources:
+        try:
+            paths = find_profiles(source, problems=report.failed)
+        except IngestError as exc:
+            report.failed.append((exc.path, exc.problem))
+            continue
+        for path in paths:
+            try:
+                work.append((path, tags_for(path, root=source, tags=tags, _cache=cache)))
+            except IngestError as exc:
+                report.failed.append((str(path), f"not ingested: {exc}"))
+    sizes = {}
+    for path, _ in work:
+        try:
+            sizes[path] = path.stat().st_size
+        except OSError:
+            sizes[path] = 0
+    show = sys.stderr.isatty() if progress is None else progress
+    bar = _Progress(len(work), sum(sizes.values())) if show and work else None
+    try:
+        if jobs <= 1 or len(work) <= 1:
+            _ingest_serial(work, warehouse, report, bar, sizes, keep_secrets=keep_secrets)
+        else:
+            _ingest_parallel(work, into, jobs, report, bar, sizes, keep_secrets=keep_secrets)
+    finally:
+        if bar is not None:
+            bar.close()
+        if created:  # nothing committed: no warehouse is left behind
+            warehouse.remove_if_empty()
+    # Also after a run that found everything present: a resume after a kill during compaction compacts.
+    if (report.ingested or report.skipped) and not report.stopped and (compact is True or (compact == "auto" and warehouse.uncompacted_profiles() >= AUTO_COMPACT_MIN_PROFILES)):
+        try:
+            report.compaction = warehouse.compact(wait=compact is True, derive=derive_stored_table)
+        except OSError as exc:  # the profiles are committed; the files it began are gone again
+            report.failed.append((str(into), f"compaction not done ({exc.strerror or exc}): the profiles are kept "
+                                             "as they were; run `xprosql compact` once there is room"))
+    return report
+
+
+def _ingest_serial(
+    work: list[tuple[Path, dict[str, str]]], warehouse: Warehouse, report: IngestReport, bar: _Progress | None,
+    sizes: dict[Path, int], *, keep_secrets: bool,
+) -> None:
+    for start in range(0, len(work), COMMIT_BATCH):
+        chunk = work[start:start + COMMIT_BATCH]
+        try:
+            outcomes = _ingest_chunk(chunk, warehouse, keep_secrets=keep_secrets)
+        except KeyboardInterrupt:  # the profiles of the chunk not committed yet were discarded whole
+            report.not_done = [str(p) for p, _ in work[start:]]
+            raise IngestInterrupted(report) from None
+        for (path, _), outcome in zip(chunk, outcomes, strict=True):
+            _record(report, outcome)
+            if bar is not None and outcome[0] != "not_done":
+                bar.update(sizes[path], failed=outcome[0] != "ingested" and outcome[0] != "skipped")
+        if any(outcome[0] == "disk_full" for outcome in outcomes):
+            report.not_done += [str(p) for p, _ in work[start + len(chunk):]]
+            return
+
+
+def _pool(workers: int) -> cf.ProcessPoolExecutor:
+    # spawn: the parent may hold DuckDB and Polars thread pools, which fork would copy mid-flight.
+    return cf.ProcessPoolExecutor(max_workers=workers, mp_context=multiprocessing.get_context("spawn"),
+                                  initializer=_worker_init, initargs=(os.getpid(),))
+
+
+def _ingest_parallel(
+    work: list[tuple[Path, dict[str, str]]], into: str | os.PathLike[str], jobs: int, report: IngestReport,
+    bar: _Progress | None, sizes: dict[Path, int], *, keep_secrets: bool,
+) -> None:
+    # A worker that dies leaves its pipe broken: writing to it must be an error to handle, not a SIGPIPE that
+    # kills this process (the CLI restores SIGPIPE's default so that `| head` ends quietly).
+    pipe = getattr(signal, "SIGPIPE", None)
+    restore = signal.signal(pipe, signal.SIG_IGN) if pipe is not None and _main_thread() else None
+    try:
+        _run_pools(work, into, jobs, report, bar, sizes, keep_secrets=keep_secrets)
+    finally:
+        if restore is not None:
+            signal.signal(pipe, restore)  # type: ignore[arg-type]
+
+
+def _main_thread() -> bool:
+    return threading.current_thread() is threading.main_thread()
+
+
+def _chunks(paths: list[Path], jobs: int) -> list[list[Path]]:
+    """Files in chunks a worker commits together: up to ``COMMIT_BATCH``, small enough that every worker gets several."""
+    size = max(1, min(COMMIT_BATCH, len(paths) // max(4 * jobs, 1)))
+    return [paths[i:i + size] for i in range(0, len(paths), size)]
+
+
+def _run_pools(
+    work: list[tuple[Path, dict[str, str]]], into: str | os.PathLike[str], jobs: int, report: IngestReport,
+    bar: _Progress | None, sizes: dict[Path, int], *, keep_secrets: bool,
+) -> None:
+    executor = _pool(min(jobs, len(work)))
+    tags_of = dict(work)
+
+    def submit(pool: cf.ProcessPoolExecutor, chunk: list[Path]) -> cf.Future:
+        return pool.submit(_task, [str(p) for p in chunk], str(into), [tags_of[p] for p in chunk], keep_secrets)
+
+    futures = {submit(executor, chunk): chunk for chunk in _chunks([path for path, _ in work], jobs)}
+    pending = set(futures)
+    orphans: list[Path] = []  # files of a pool whose worker died: each is tried again alone, to name the culprit
+
+    def collect(done: Iterable[cf.Future], of: Mapping[cf.Future, list[Path]] = futures) -> bool:
+        """Record finished files; False once the disk is full."""
+        room = True
+        for future in done:
+            chunk = of[future]
+            try:
+                outcomes = future.result()
+            except cf.process.BrokenProcessPool:
+                orphans.extend(chunk)
+                continue
+            for path, outcome in zip(chunk, outcomes, strict=True):
+                _record(report, outcome)
+                room = room and outcome[0] != "disk_full"
+                if bar is not None and outcome[0] != "not_done":
+                    bar.update(sizes[path], failed=outcome[0] not in ("ingested", "skipped"))
+        return room
+
+    def files(chosen: Iterable[cf.Future]) -> list[str]:
+        return sorted(str(p) for f in chosen for p in futures[f])
+
+    try:
+        while pending:
+            done, pending = cf.wait(pending, return_when=cf.FIRST_COMPLETED)
+            if not collect(done):  # the files running finish (or fail alike); the others wait for a resume
+                report.not_done += files(f for f in pending if f.cancel())
+                collect(cf.wait([f for f in pending if not f.cancelled()]).done)
+                break
+    except KeyboardInterrupt:
+        # Stop handing out files; the ones running finish and commit (a second Ctrl-C stops at once).
+        not_started = [f for f in pending if f.cancel()]
+        report.not_done = files(not_started)
+        try:
+            running = [f for f in pending if not f.cancelled()]
+            collect(cf.wait(running).done)
+        except KeyboardInterrupt:
+            for process in list(getattr(executor, "_processes", {}).values()):
+                process.terminate()
+            report.not_done = files(f for f in pending if not f.done() or f.cancelled())
+        executor.shutdown(wait=False, cancel_futures=True)
+        raise IngestInterrupted(report) from None
+    executor.shutdown(wait=True)
+    # A worker died (killed: out of memory, a file changed under it): the pool's other files are tried again
+    # together, and what breaks that pool too, alone, so that the file that kills a worker is the one named.
+    for workers in (jobs, 1):
+        retry, orphans = sorted(orphans), []
+        for group in ([retry] if workers > 1 else [[path] for path in retry]):
+            if not group:
+                continue
+            again = _pool(min(workers, len(group)))
+            tries = {submit(again, chunk): chunk for chunk in _chunks(group, workers)}
+            collect(cf.wait(tries).done, tries)
+            again.shutdown(wait=True)
+    for path in orphans:
+        _record(report, ("failed", str(path), "", "the process decoding it died (killed by a signal: out of memory, "
+                                                   "or the file changed under it)"))
+    order = {str(path): i for i, (path, _) in enumerate(work)}
+    report.ingested.sort(key=lambda item: order.get(item.path, 0))
+    report.skipped.sort(key=lambda item: order.get(item.path, 0))
+    report.failed.sort(key=lambda item: order.get(item[0], len(order)))
