@@ -39,25 +39,36 @@ def _signed(module_id: str, column: str) -> bool:
     return bool(_SIGNED.search(described.get(column, "")))
 
 
-def _run_all(run: xprosql.Run) -> dict[str, tuple[pl.DataFrame, list[str]]]:
-    out = {}
-    for module_id in PUBLIC:
-        arguments = cohort_parameters(run) if module_id.startswith("fleet.compare") else {}
+class _Results(dict):
+    """Each public analysis's rows and notes on ``run``, run at first use: the fast tests need a few of them."""
+
+    def __init__(self, run: xprosql.Run) -> None:
+        super().__init__()
+        self.run = run
+
+    def __missing__(self, module_id: str) -> tuple[pl.DataFrame, list[str]]:
+        arguments = cohort_parameters(self.run) if module_id.startswith("fleet.compare") else {}
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            result = run.analysis(module_id, **arguments)
-            out[module_id] = (result.pl(), list(result.notes))
-    return out
+            result = self.run.analysis(module_id, **arguments)
+            self[module_id] = (result.pl(), list(result.notes))
+        return self[module_id]
+
+    def complete(self) -> _Results:
+        """Every public analysis run."""
+        for module_id in PUBLIC:
+            self[module_id]
+        return self
 
 
 @pytest.fixture(scope="module")
-def sample_results(samples_warehouse: Path) -> dict[str, tuple[pl.DataFrame, list[str]]]:
-    return _run_all(xprosql.load(samples_warehouse))
+def sample_results(samples_warehouse: Path) -> _Results:
+    return _Results(xprosql.load(samples_warehouse))
 
 
 @pytest.fixture(scope="module")
-def job_results(jobs_warehouse: dict) -> dict[str, tuple[pl.DataFrame, list[str]]]:
-    return _run_all(jobs_warehouse["run"])
+def job_results(jobs_warehouse: dict) -> _Results:
+    return _Results(jobs_warehouse["run"]).complete()
 
 
 def _impossible(results: dict[str, tuple[pl.DataFrame, list[str]]]) -> list[str]:
@@ -88,8 +99,8 @@ def _impossible(results: dict[str, tuple[pl.DataFrame, list[str]]]) -> list[str]
 
 
 @pytest.mark.slow
-def test_every_number_is_possible_on_the_samples(sample_results: dict) -> None:
-    assert _impossible(sample_results) == []
+def test_every_number_is_possible_on_the_samples(sample_results: _Results) -> None:
+    assert _impossible(sample_results.complete()) == []
 
 
 @pytest.mark.slow
@@ -115,11 +126,11 @@ def _unnamed(results: dict[str, tuple[pl.DataFrame, list[str]]], run: xprosql.Ru
 
 
 @pytest.mark.slow
-def test_an_analysis_without_rows_says_why(sample_results: dict, samples_warehouse: Path) -> None:
-    assert _unnamed(sample_results, xprosql.load(samples_warehouse)) == []
+def test_an_analysis_without_rows_says_why(sample_results: _Results, samples_warehouse: Path) -> None:
+    assert _unnamed(sample_results.complete(), xprosql.load(samples_warehouse)) == []
 
 
-def test_breakdowns_sum_to_their_whole(sample_results: dict) -> None:
+def test_breakdowns_sum_to_their_whole(sample_results: _Results) -> None:
     bottlenecks = sample_results["steps.bottlenecks"][0].filter(pl.col("step_ps") > 0)
     categories = ["compute_bound", "memory_bound", "other_compute", "exposed_collective", "exposed_host_offload",
                   "exposed_dma", "launch_overhead", "input_wait", "host_wait", "idle"]
@@ -140,7 +151,7 @@ def _one_kind(frame: pl.DataFrame) -> pl.DataFrame:
         frame.group_by("profile_id").len().filter(pl.col("len") == 1)["profile_id"].implode()))
 
 
-def test_profile_summary_is_the_bottlenecks_profile_row(sample_results: dict) -> None:
+def test_profile_summary_is_the_bottlenecks_profile_row(sample_results: _Results) -> None:
     summary = _one_kind(sample_results["fleet.profile_summary"][0])
     profile_rows = sample_results["steps.bottlenecks"][0].filter(pl.col("scope") == "profile")
     joined = summary.join(profile_rows, on="profile_id", suffix="_b")
@@ -155,7 +166,7 @@ def test_profile_summary_is_the_bottlenecks_profile_row(sample_results: dict) ->
     assert (joined["steps"] == joined["steps_b"]).all()
 
 
-def test_roofline_and_memory_bound_share_their_profile_numbers(sample_results: dict) -> None:
+def test_roofline_and_memory_bound_share_their_profile_numbers(sample_results: _Results) -> None:
     keys = ["profile_id", "device_kind"]
     roofline = sample_results["ops.roofline"][0].filter(pl.col("row_kind") == "profile")
     bound = sample_results["ops.memory_bound"][0].filter(pl.col("row_kind") == "profile")
@@ -165,7 +176,7 @@ def test_roofline_and_memory_bound_share_their_profile_numbers(sample_results: d
         assert joined[column].to_list() == joined[f"{column}_m"].to_list(), column
 
 
-def test_ops_and_steps_agree_on_device_activity(sample_results: dict, samples_warehouse: Path) -> None:
+def test_ops_and_steps_agree_on_device_activity(sample_results: _Results, samples_warehouse: Path) -> None:
     """A profile with accelerators has ops (top_ops, roofline) exactly when it has device steps."""
     run = xprosql.load(samples_warehouse)
     accelerated = {r[0] for r in run.sql("SELECT DISTINCT profile_id FROM devices WHERE kind IN ('tpu', 'gpu')").rows()}
@@ -174,7 +185,7 @@ def test_ops_and_steps_agree_on_device_activity(sample_results: dict, samples_wa
     assert set(sample_results["ops.roofline"][0]["profile_id"]) & accelerated == with_steps
 
 
-def test_launch_analyses_agree(sample_results: dict, samples_warehouse: Path) -> None:
+def test_launch_analyses_agree(sample_results: _Results, samples_warehouse: Path) -> None:
     """Where launch_coverage joins kernels to their calls, launch_stats has those kernels, unless every call is a
     driver launch (HTA's rule), which its note says."""
     coverage = sample_results["gpu.launch_coverage"][0]
@@ -191,7 +202,7 @@ def test_launch_analyses_agree(sample_results: dict, samples_warehouse: Path) ->
     assert launched.height - len(without) >= 10
 
 
-def test_memory_reserved_covers_in_use(sample_results: dict) -> None:
+def test_memory_reserved_covers_in_use(sample_results: _Results) -> None:
     peaks = sample_results["memory.memory_peaks"][0].filter(pl.col("reserved_at_peak_bytes").is_not_null())
     assert peaks.height > 5
     assert (peaks["reserved_at_peak_bytes"] >= peaks["peak_in_use_bytes"]).all(), peaks.select(
@@ -248,7 +259,7 @@ def _v100(samples_warehouse: Path) -> str:
     return rows[0][0]
 
 
-def test_a_device_without_step_markers_is_left_out_and_said(sample_results: dict, samples_warehouse: Path) -> None:
+def test_a_device_without_step_markers_is_left_out_and_said(sample_results: _Results, samples_warehouse: Path) -> None:
     """The V100 sample's GPU:1 has no steps of its own beside the other GPUs' 20 ms steps: it is not one giant step."""
     steps = sample_results["steps.steps"][0].filter(pl.col("profile_id") == _v100(samples_warehouse))
     unmarked = steps.filter(pl.col("source") == "unmarked")
@@ -259,7 +270,7 @@ def test_a_device_without_step_markers_is_left_out_and_said(sample_results: dict
     assert summary["primary_bottleneck"] != "host_bound"
 
 
-def test_a_relative_clock_is_no_date(sample_results: dict, samples_warehouse: Path) -> None:
+def test_a_relative_clock_is_no_date(sample_results: _Results, samples_warehouse: Path) -> None:
     summary = sample_results["fleet.profile_summary"][0]
     v100 = summary.filter(pl.col("profile_id") == _v100(samples_warehouse)).row(0, named=True)
     assert (v100["time_ns"], v100["clock_absolute"]) == (None, False)

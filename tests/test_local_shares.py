@@ -57,7 +57,10 @@ def _same_rows(a: pl.DataFrame, b: pl.DataFrame) -> None:
     assert a.sort(pl.all(), nulls_last=True).equals(b.sort(pl.all(), nulls_last=True))
 
 
-@pytest.mark.parametrize(("table", "module"), list(PACK_DERIVED_TABLES.items()))
+# The findings' union as one text takes a minute on the samples: a slow test.
+@pytest.mark.parametrize(("table", "module"), [
+    pytest.param(table, module, marks=[pytest.mark.slow] if table == "stored_findings" else [])
+    for table, module in PACK_DERIVED_TABLES.items()])
 def test_compaction_stores_analyses_that_equal_their_sql(warehouse: Path, table: str, module: str) -> None:
     run = xprosql.load(warehouse)
     packed = set(run.engine.snapshot.stored)

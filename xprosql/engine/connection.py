@@ -46,13 +46,41 @@ def connect_views(
     for table, schema in TABLES.items():
         # An empty relation with the table's columns: the whole view when there is no file, and what
         # fills the columns that files written by an older xprosql lack.
-        con.register(f"_columns_{table}", schema.empty_table().add_column(0, PARTITION_COLUMN, pa.array([], pa.string())))
+        con.execute(f"CREATE VIEW _columns_{table} AS {_empty_relation(schema)}")
         scan = sources.get(table)
         body = f"SELECT * FROM _columns_{table}" if scan is None else (
             f"SELECT *{unsigned_sql(table)} FROM (SELECT * FROM ({scan}) UNION ALL BY NAME SELECT * FROM _columns_{table})")
         con.execute(f"CREATE VIEW {table} AS {body}")
     register_functions(con)
     return con
+
+
+def _empty_relation(schema: pa.Schema) -> str:
+    """A SELECT of no rows with ``schema``'s columns (and the partition column) in SQL: registering an Arrow table
+    instead makes DuckDB import pandas (0.1-0.2 s of a command's start) to check what kind of object it is."""
+    columns = [f"NULL::VARCHAR AS {PARTITION_COLUMN}",
+               *(f'NULL::{_sql_type(field.type)} AS "{field.name}"' for field in schema)]
+    return f"SELECT {', '.join(columns)} WHERE false"
+
+
+_SQL_TYPES = {pa.string(): "VARCHAR", pa.int64(): "BIGINT", pa.int32(): "INTEGER", pa.uint64(): "UBIGINT",
+              pa.float64(): "DOUBLE", pa.binary(): "BLOB", pa.bool_(): "BOOLEAN"}
+
+
+def _sql_type(arrow_type: pa.DataType) -> str:
+    """DuckDB's name for ``arrow_type``, as DuckDB reads an Arrow column of that type."""
+    if pa.types.is_dictionary(arrow_type):
+        return _sql_type(arrow_type.value_type)
+    if pa.types.is_list(arrow_type):
+        return f"{_sql_type(arrow_type.value_type)}[]"
+    if pa.types.is_map(arrow_type):
+        return f"MAP({_sql_type(arrow_type.key_type)}, {_sql_type(arrow_type.item_type)})"
+    if pa.types.is_timestamp(arrow_type) and arrow_type.tz is not None:
+        return "TIMESTAMPTZ"
+    try:
+        return _SQL_TYPES[arrow_type]
+    except KeyError:
+        raise TypeError(f"no DuckDB type for the Arrow type {arrow_type}") from None
 
 
 def query(con: duckdb.DuckDBPyConnection, sql: str,
