@@ -12,7 +12,8 @@ import xprosql
 import xprosql.engine.executor as executor
 from xprosql.models.tables import PACK_DERIVED_TABLES
 
-KINETO = [TEST_DATA / "kineto" / f"{name}.json.gz" for name in ("a100_nccl_rank0", "sampled_rank0", "alexnet")]
+KINETO = [TEST_DATA / "kineto" / f"{name}.json.gz" for name in ("a100_nccl_rank0", "sampled_rank0", "alexnet",
+                                                                "h100_qwen1.5_0.5b")]  # memory events
 
 
 @pytest.fixture(scope="module")

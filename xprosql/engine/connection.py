@@ -73,6 +73,9 @@ def _sql_type(arrow_type: pa.DataType) -> str:
         return _sql_type(arrow_type.value_type)
     if pa.types.is_list(arrow_type):
         return f"{_sql_type(arrow_type.value_type)}[]"
+    if pa.types.is_struct(arrow_type):
+        fields = ", ".join('"' + field.name + '" ' + _sql_type(field.type) for field in arrow_type)
+        return f"STRUCT({fields})"
     if pa.types.is_map(arrow_type):
         return f"MAP({_sql_type(arrow_type.key_type)}, {_sql_type(arrow_type.item_type)})"
     if pa.types.is_timestamp(arrow_type) and arrow_type.tz is not None:

@@ -442,6 +442,30 @@ TABLES: dict[str, pa.Schema] = {
         _col("start_ps", pa.int64(), "start", "ps"),
         _col("end_ps", pa.int64(), "end", "ps"),
     ]),
+    # The rows of sql/memory/memory_peaks.sql (default parameters: one row per allocator), stored by compaction:
+    # a fleet's peaks are read, not found again in every profile's memory events.
+    "stored_memory_peaks": pa.schema([
+        _col("device_id", pa.int32(), "devices.device_id of the plane or process that recorded the events"),
+        _col("allocator", pa.string(), "memory_events.allocator"),
+        _col("step_index", pa.int64(), "NULL (the whole profile)"),
+        _col("step", pa.int64(), "NULL (the whole profile)"),
+        _col("peak_in_use_bytes", pa.int64(), "the highest in-use total of the profile's events", "bytes"),
+        _col("peak_ps", pa.int64(), "when it was first reached", "ps"),
+        _col("xprof_peak_offset_ps", pa.int64(), "XProf's peakStatsTimePs (XSpace)", "ps"),
+        _col("reserved_at_peak_bytes", pa.int64(), "bytes the allocator held then", "bytes"),
+        _col("fragmentation_at_peak", pa.float64(), "the allocator's fragmentation then (XSpace), 0..1"),
+        _col("allocator_peak_bytes", pa.int64(), "the allocator's own peak so far, at the profile's end (XSpace)", "bytes"),
+        _col("live_at_peak", pa.list_(pa.struct([("op", pa.string()), ("shape", pa.string()), ("blocks", pa.int64()),
+                                                ("bytes", pa.int64())])),
+             "the blocks live at the peak, summed by op and shape, the 5 largest first"),
+        _col("unattributed_at_peak_bytes", pa.int64(), "bytes in use at the peak no allocation of the profile accounts for", "bytes"),
+        _col("allocations", pa.int64(), "allocations of the profile"),
+        _col("frees", pa.int64(), "frees of the profile"),
+        _col("unfreed", pa.int64(), "allocations whose block is not freed later in the profile"),
+        _col("unfreed_bytes", pa.int64(), "their bytes", "bytes"),
+        _col("capacity_bytes", pa.int64(), "the device's memory", "bytes"),
+        _col("peak_capacity_share", pa.float64(), "peak_in_use_bytes / capacity_bytes, 0..1"),
+    ]),
     # The findings of the per-profile rules (sql/diagnose/_profile_findings.sql, default thresholds), stored by
     # compaction; empty for profiles not compacted yet, whose findings are computed from their events.
     # Every rule of sql/diagnose/ returns exactly these columns (tests/test_diagnose.py checks).
@@ -474,7 +498,8 @@ INGEST_DERIVED_TABLES: dict[str, str] = {"memory_events": "memory._memory_events
 # Written by compaction for the profiles it sees the first time, from their other tables:
 PACK_DERIVED_TABLES: dict[str, str] = {"stored_steps": "steps.steps", "stored_bottleneck_steps": "steps._bottleneck_steps",
                                        "stored_collective_calls": "jobs._collective_calls",
-                                       "stored_findings": "diagnose._profile_findings"}
+                                       "stored_findings": "diagnose._profile_findings",
+                                       "stored_memory_peaks": "memory.memory_peaks"}
 
 
 def table_schema(name: str) -> pa.Schema:
