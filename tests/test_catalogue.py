@@ -30,6 +30,10 @@ _NO_SAMPLE_INPUT = {
     "counters.utilization_metrics": "TPU performance counters",
     "counters.utilization_samples": "TPU performance counters",
     "fleet.regressions": "a series of profiles tagged with one job over time (tests/test_fleet.py)",
+    "fleet.anomalies": "a series of profiles tagged with one job over time (tests/test_watch.py)",
+    "fleet.op_history": "profiles of one job in several runs (tests/test_op_history.py)",
+    "names.graph_kernels": "a CUDA/HIP graph launch: the vLLM traces of tests/data/graphs (tests/test_graph_kernels.py)",
+    "names.graph_launches": "a CUDA/HIP graph launch: the vLLM traces of tests/data/graphs (tests/test_graph_kernels.py)",
 }
 
 

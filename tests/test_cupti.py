@@ -275,3 +275,121 @@ def test_live_pm_sampling_of_a_cuda_program(tmp_path: Path) -> None:
     rows = run.sql("SELECT counter, count(*) FROM counters WHERE counter_set = 'pm_sampling' GROUP BY counter "
                    "ORDER BY counter").rows()
     assert rows == [(m, recording.counts["pm_sampling"]) for m in sorted(METRICS)]
+
+
+# cbids of the runtime calls below, named as cupti.get_callback_name names them (CUDA 13 runtime API).
+_RUNTIME_NAMES = {211: "cudaLaunchKernel_v7000", 311: "cudaGraphLaunch_v10000", 318: "cudaStreamBeginCapture_v10000",
+                  319: "cudaStreamEndCapture_v10000"}
+
+
+def _marker(flags: int, at: int, marker_id: int, name: str | None = None) -> SimpleNamespace:
+    """A CUpti_ActivityMarker2 as cupti-python delivers it: ``flags_``, the thread in ``object_id.pt``."""
+    return SimpleNamespace(kind=12, flags_=flags, timestamp=at, id=marker_id, name=name, domain=None, object_kind=2,
+                           object_id=SimpleNamespace(pt=SimpleNamespace(process_id=42, thread_id=43)))
+
+
+def _nvtx_graph_records() -> list[SimpleNamespace]:
+    """A program that captures a CUDA graph inside an NVTX range, replays it inside another, and launches a kernel
+    inside nested ranges; one range never closes, one end has no start.
+
+    Hand-built: no GPU here to record real ones (the device check records real ones), and no real CUPTI recording
+    with NVTX ranges or graph launches exists in tests/data.
+    """
+    t0 = 1_790_000_000_000_000_000
+
+    def call(cbid: int, start: int, end: int, correlation: int) -> SimpleNamespace:
+        return SimpleNamespace(kind=5, cbid=cbid, start=t0 + start, end=t0 + end, process_id=42, thread_id=43,
+                               correlation_id=correlation)
+
+    def kernel(name: str, start: int, end: int, correlation: int, graph: int = 0, node: int = 0) -> SimpleNamespace:
+        return SimpleNamespace(kind=10, device_id=0, context_id=1, stream_id=7, correlation_id=correlation, name=name,
+                               grid_x=8, grid_y=1, grid_z=1, block_x=128, block_y=1, block_z=1, registers_per_thread=32,
+                               static_shared_memory=0, dynamic_shared_memory=0, graph_id=graph, graph_node_id=node,
+                               start=t0 + start, end=t0 + end)
+
+    return [
+        _marker(2, t0 + 1_000, 1, "capture"),
+        call(318, 2_000, 3_000, 20),
+        call(211, 4_000, 5_000, 21),  # captured: CUDA records the call, no kernel runs
+        call(211, 6_000, 7_000, 22),
+        call(319, 8_000, 9_000, 23),
+        _marker(4, t0 + 10_000, 1),
+        _marker(2, t0 + 20_000, 2, "replay"),
+        call(311, 21_000, 23_000, 30),
+        _marker(4, t0 + 24_000, 2),
+        kernel("_Z5scalePf", 25_000, 35_000, 30, graph=7, node=101),
+        kernel("_Z6offsetPf", 36_000, 41_000, 30, graph=7, node=102),
+        _marker(2, t0 + 50_000, 3, "step"),
+        _marker(2, t0 + 51_000, 4, "forward"),
+        call(211, 52_000, 53_000, 40),
+        _marker(4, t0 + 60_000, 4),
+        _marker(4, t0 + 70_000, 3),
+        kernel("_Z5scalePf", 61_000, 69_000, 40),
+        _marker(1, t0 + 71_000, 5, "checkpoint"),  # a mark
+        _marker(4, t0 + 72_000, 99),  # an end whose start came before the recording
+        _marker(2, t0 + 80_000, 6, "never closed"),
+    ]
+
+
+def test_nvtx_ranges_and_graph_launches_of_a_recording(tmp_path: Path) -> None:
+    import gzip
+    import json
+
+    records = _nvtx_graph_records()
+    trace = cupti.records_to_trace(records, kinds=KINDS, api_name=lambda domain, cbid: _RUNTIME_NAMES[cbid],
+                                   host="gpuhost", pid=42)
+    assert trace[cupti.RECORDER_KEY]["nvtx"] == {"ranges": 4, "marks": 1, "unclosed": 1, "unopened": 1, "untimed": 0}
+    path = tmp_path / "gpuhost.42.cupti.json.gz"
+    path.write_bytes(gzip.compress(json.dumps(trace).encode()))
+    assert xprosql.ingest(path, into=tmp_path / "run").ok
+    run = xprosql.load(tmp_path / "run")
+
+    # The walk: each range from its start and end records; its kernels are those whose launch (same correlation)
+    # starts inside it on its thread.
+    origin = min(r.timestamp if hasattr(r, "timestamp") else r.start for r in records)
+    starts = {r.id: r for r in records if getattr(r, "flags_", 0) == 2}
+    ranges = {starts[r.id].name: (starts[r.id].timestamp, r.timestamp) for r in records
+              if getattr(r, "flags_", 0) == 4 and r.id in starts}
+    launches = {r.correlation_id: r.start for r in records if r.kind == 5}
+    kernels = [r for r in records if r.kind == 10]
+    paths = {"capture": "capture", "replay": "replay", "step": "step", "forward": "step/forward"}
+    tree = {r["path"]: r for r in run.names().pl().iter_rows(named=True)}
+    assert set(tree) == set(paths.values())
+    for name, (start, end) in ranges.items():
+        row = tree[paths[name]]
+        assert row["source"] == "nvtx" and row["calls"] == 1
+        assert row["cpu_time_ps"] == (end - start) * 1000
+        inside = [k for k in kernels if start <= launches[k.correlation_id] < end]
+        assert row["gpu_activities"] == len(inside)
+        assert row["gpu_time_ps"] == sum(k.end - k.start for k in inside) * 1000
+    assert tree["step"]["cpu_self_ps"] == ((ranges["step"][1] - ranges["step"][0])
+                                           - (ranges["forward"][1] - ranges["forward"][0])) * 1000
+
+    # The graph's kernels: their launch, the graph ids CUPTI gives, and, matched by position (CUDA's captured
+    # launches name no kernel), the NVTX path of their captured launch.
+    nodes = run.graph_kernels().pl()
+    graph = sorted((k for k in kernels if k.graph_id), key=lambda k: k.start)
+    assert nodes["name"].to_list() == [k.name for k in graph]
+    assert nodes["graph_id"].to_list() == [7, 7] and nodes["graph_node_id"].to_list() == [101, 102]
+    assert set(nodes["launch_name"]) == {"cudaGraphLaunch_v10000"} and set(nodes["match"]) == {"position"}
+    assert nodes["path"].to_list() == ["capture", "capture"] and nodes["innermost_op"].null_count() == 2
+    # A range still open at the end stays, as a marker at its start (times are ps after the first record).
+    unclosed = next(r for r in records if getattr(r, "name", None) == "never closed")
+    assert run.sql("SELECT start_ps FROM events WHERE name = 'never closed' AND category = 'marker'").rows() == [
+        ((unclosed.timestamp - origin) * 1000,)]
+
+
+def test_recording_points_nvtx_at_cupti_for_the_block(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import os
+
+    calls: list[str] = []
+    monkeypatch.delenv("NVTX_INJECTION64_PATH", raising=False)
+    monkeypatch.setattr(cupti, "_nvtx_injection_path", lambda: "/opt/cupti/lib/libcupti.so")
+    _fake_cupti(monkeypatch, calls)
+    with cupti.record(tmp_path, kinds=["MARKER"]):
+        inside = os.environ.get("NVTX_INJECTION64_PATH")
+    assert inside == "/opt/cupti/lib/libcupti.so" and "NVTX_INJECTION64_PATH" not in os.environ
+    monkeypatch.setenv("NVTX_INJECTION64_PATH", "/mine/libinject.so")  # the user's own choice stays
+    with cupti.record(tmp_path, kinds=["MARKER"]):
+        assert os.environ["NVTX_INJECTION64_PATH"] == "/mine/libinject.so"
+    assert os.environ["NVTX_INJECTION64_PATH"] == "/mine/libinject.so"

@@ -103,7 +103,7 @@ def test_compacted_findings_are_read_back_equal(samples_warehouse: Path, tmp_pat
     before = xprosql.load(copy).diagnose().arrow()
     xprosql.compact(copy)
     run = xprosql.load(copy)
-    across_profiles = {"stragglers", "regressions"}  # diagnose.findings computes these from every profile's rows
+    across_profiles = {"stragglers", "regressions", "anomalies"}  # diagnose.findings computes these from every profile's rows
     per_profile = [r for r in before.column("rule").to_pylist() if r not in across_profiles]
     assert run.sql("SELECT count(*) FROM stored_findings").rows()[0][0] == len(per_profile) > 0
     assert "stored_findings" in run.engine.library.text("diagnose.findings", frozenset(

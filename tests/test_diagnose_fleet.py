@@ -12,6 +12,7 @@
 from __future__ import annotations
 
 import json
+import re
 import sys
 from pathlib import Path
 
@@ -125,10 +126,16 @@ def test_regressions_find_the_slowed_op_from_its_first_profile(regressed_fleet: 
     assert top["subjects"][1:] == [first, before]
     assert "c2" in top["fix"] and "c3" in top["fix"]  # the commits to bisect between
     # The regressed amount, from the raw kernels: the slowed kernel's time per step under the op named (its launches
-    # inside that op: framework_op_kernels), median of the runs from the change on less that of the runs before.
+    # inside that op, with the input shapes and dtypes of the op's key: framework_op_kernels), median of the runs
+    # from the change on less that of the runs before.
     op = top["subjects"][0]
+    key = re.search(r"op_key ([0-9a-f]{16})", top["evidence"]).group(1)
+    signatures = run.sql("SELECT DISTINCT input_shapes, input_dtypes FROM op_stats WHERE op_key = $key", {"key": key}).rows()
+    assert len(signatures) == 1
     under_op = run.sql("SELECT f.profile_id, k.dur_ps FROM framework_op_kernels f JOIN kernels k USING (profile_id, event_id) "
-                       "WHERE k.name = $k AND f.op = $op", {"k": slowed, "op": op}).pl()
+                       "WHERE k.name = $k AND f.op = $op AND f.input_shapes IS NOT DISTINCT FROM $shapes "
+                       "AND f.input_dtypes IS NOT DISTINCT FROM $dtypes",
+                       {"k": slowed, "op": op, "shapes": signatures[0][0], "dtypes": signatures[0][1]}).pl()
     steps = run.sql("SELECT profile_id, count(*) AS steps, sum(dur_ps) AS step_ps FROM events "
                     "WHERE name LIKE 'ProfilerStep#%' GROUP BY profile_id").pl()
     per_step = (under_op.group_by("profile_id").agg(pl.col("dur_ps").sum())

@@ -33,11 +33,13 @@ if TYPE_CHECKING:
     from xprosql.engine.catalogue import analyses
     from xprosql.ingest import IngestReport, ingest
     from xprosql.run import Run, load
+    from xprosql.watch import WatchReport, watch
 
 # Imported on first use: DuckDB, Polars and pyarrow take a second to load, and `xprosql --help`,
 # a worker process or `import xprosql.errors` need none of them.
 _LAZY = {"Result": "xprosql.engine", "compact": "xprosql.engine", "analyses": "xprosql.engine.catalogue",
-         "IngestReport": "xprosql.ingest", "ingest": "xprosql.ingest", "Run": "xprosql.run", "load": "xprosql.run"}
+         "IngestReport": "xprosql.ingest", "ingest": "xprosql.ingest", "Run": "xprosql.run", "load": "xprosql.run",
+         "WatchReport": "xprosql.watch", "watch": "xprosql.watch"}
 
 
 def __getattr__(name: str) -> Any:
@@ -74,10 +76,12 @@ __all__ = [
     "UnknownAnalysisError",
     "UnknownTableError",
     "WarehouseError",
+    "WatchReport",
     "XprosqlError",
     "__version__",
     "analyses",
     "compact",
     "ingest",
     "load",
+    "watch",
 ]

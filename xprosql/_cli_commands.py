@@ -69,13 +69,26 @@ def _cmd_ingest(args: argparse.Namespace) -> int:
     compacts: dict[str, bool | str] = {"auto": "auto", "always": True, "never": False}
     compact = compacts[args.compact]
     interrupted = False
+    client = None
+    if args.cluster:
+        try:
+            from distributed import Client
+        except ImportError:
+            raise XprosqlError("--cluster needs the dask extra: pip install 'xprosql[dask]'") from None
+        try:
+            client = Client(args.cluster, timeout=30)
+        except OSError as exc:
+            raise XprosqlError(f"--cluster {args.cluster}: cannot reach the scheduler: {exc}") from None
     try:
         report = ingest(
             args.sources, into=args.into, jobs=args.jobs, tags=_parse_tags(args.tag), progress=args.progress, compact=compact,
-            keep_secrets=args.keep_secrets,
+            keep_secrets=args.keep_secrets, cluster=client,
         )
     except IngestInterrupted as exc:
         report, interrupted = exc.report, True
+    finally:
+        if client is not None:
+            client.close()
     if not args.quiet:
         for item in report.ingested:
             secrets = f", {item.redacted_secrets} secrets redacted" if item.redacted_secrets else ""
@@ -325,7 +338,7 @@ def _cmd_tables(args: argparse.Namespace) -> int:
 
     snapshot = Warehouse(args.dir).snapshot()
     counts = snapshot.row_counts()
-    print(f"{Path(args.dir)}: {len(snapshot.profile_ids)} profiles")
+    print(f"{snapshot.root if snapshot.remote else Path(args.dir)}: {len(snapshot.profile_ids)} profiles")
     for table, schema in TABLES.items():
         print(f"\n{table} ({counts[table]} rows)")
         print(f"  {PARTITION_COLUMN:<24} string      the profile (profiles.profile_id)")
@@ -481,6 +494,64 @@ def _cmd_export(args: argparse.Namespace) -> int:
     print(summary)
     print("open it in https://ui.perfetto.dev (Open trace file): it loads in the browser, nothing is uploaded")
     return 0
+
+
+def _cmd_mcp(args: argparse.Namespace) -> int:
+    from xprosql.mcp_server import Limits, serve
+
+    limits = Limits(timeout_s=args.timeout, max_rows=args.max_rows, default_rows=min(50, args.max_rows))
+    if args.http is not None and not 0 < args.http < 65536:
+        raise XprosqlError(f"--http wants a port from 1 to 65535, not {args.http}")
+    try:
+        serve(args.dir, limits=limits, transport="http" if args.http is not None else "stdio", port=args.http or 0)
+    except KeyboardInterrupt:  # the usual end of an HTTP server
+        return 130
+    return 0
+
+
+def _cmd_watch(args: argparse.Namespace) -> int:
+    _arrow_without_pandas()
+    import warnings
+
+    from xprosql.engine.library import library
+    from xprosql.watch import watch
+
+    params = library().from_text("fleet.anomalies", _parse_params(args.param)) if args.param else {}
+    stream = watch(args.logdir, into=args.into, tags=_parse_tags(args.tag), interval=args.interval,
+                   max_interval=args.max_interval, stable=args.stable, settle=args.settle,
+                   anomalies=args.anomalies, anomaly_params=params, compact=args.compact, keep_secrets=args.keep_secrets,
+                   inotify=args.inotify)
+    last = None
+    # Said as they come, not gathered for the end (cli.main's way): a watch runs for days.
+    with warnings.catch_warnings():
+        warnings.simplefilter("default")
+        warnings.showwarning = lambda message, *_, **__: print(f"warning: {one_line(str(message))}", file=sys.stderr)
+        for report in stream:
+            last = report
+            if report.started:
+                print(f"watching {args.logdir} into {args.into} (SIGINT or SIGTERM stops it)", file=sys.stderr, flush=True)
+            if not args.quiet:
+                for item in report.ingested:
+                    print(f"ingested {item.path} -> profile {item.profile_id} ({item.rows.get('events', 0)} events)")
+                for item in report.skipped:
+                    print(f"already present {item.path} (profile {item.profile_id})")
+            for anomaly in report.anomalies:
+                print(anomaly)
+            if report.checked and not args.quiet:
+                print(f"checked {', '.join(report.checked)} against the job's recent profiles: "
+                      f"{len(report.anomalies)} anomalies")
+            for path, reason in report.failed:
+                print(f"error: {path}: {one_line(reason)}", file=sys.stderr)
+            if report.compaction is not None and report.compaction.files_written:
+                print(f"compacted: {report.compaction}")
+            if report.stopped:
+                print(f"error: {report.stopped}; the files left are tried again", file=sys.stderr)
+            sys.stdout.flush()
+            sys.stderr.flush()
+    if last is not None:
+        print(f"stopped by {last.signal}: {last.totals}; every profile committed is whole: run the same command to "
+              "go on", flush=True)
+    return 1 if last is not None and last.totals.failed else 0
 
 
 def user_errors() -> tuple[type[BaseException], ...]:

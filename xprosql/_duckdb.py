@@ -2,11 +2,17 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
 from typing import Any
 
 import duckdb
 
-__all__ = ["connect"]
+__all__ = ["connect", "opened_connections"]
+
+# The connections opened in this context while a caller watches (opened_connections); None when none does.
+_OPENED: ContextVar[list[duckdb.DuckDBPyConnection] | None] = ContextVar("xprosql_opened_connections", default=None)
 
 
 def connect(*, config: dict[str, Any] | None = None) -> duckdb.DuckDBPyConnection:
@@ -18,4 +24,20 @@ def connect(*, config: dict[str, Any] | None = None) -> duckdb.DuckDBPyConnectio
     """
     con = duckdb.connect(":memory:", config=config or {})
     con.execute("SET enable_progress_bar = false")
+    opened = _OPENED.get()
+    if opened is not None:
+        opened.append(con)
     return con
+
+
+@contextmanager
+def opened_connections() -> Iterator[list[duckdb.DuckDBPyConnection]]:
+    """A list that every connection :func:`connect` opens in this context (this thread) joins while inside: what a
+    caller must interrupt to stop an analysis, whose shares and final steps run on connections of their own (the MCP
+    server's time limit: ``xprosql.mcp_server``)."""
+    opened: list[duckdb.DuckDBPyConnection] = []
+    token = _OPENED.set(opened)
+    try:
+        yield opened
+    finally:
+        _OPENED.reset(token)

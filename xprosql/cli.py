@@ -4,12 +4,14 @@ Example:
     $ xprosql ingest logs/ --into run/
     $ xprosql ingest fleet/ --into run/ --jobs 8 --tag team=nlp
     $ xprosql compact run/
+    $ xprosql watch logs/ --into run/ --tag job=bert
     $ xprosql upgrade old_run/
     $ xprosql sql run/ "SELECT name, sum(dur_ps) FROM events GROUP BY 1 ORDER BY 2 DESC LIMIT 10"
     $ xprosql tables run/
     $ xprosql compare run/ --baseline "tags['commit'] = 'a1'" --candidate "tags['commit'] = 'b2'"
     $ xprosql demo
     $ xprosql report run/ --out report.html
+    $ xprosql mcp run/
 """
 
 from __future__ import annotations
@@ -45,9 +47,14 @@ def _parser() -> argparse.ArgumentParser:
                     "PyTorch profiler (Kineto) traces (*.json, *.json.gz) and xprosql's CUPTI recordings "
                     "(*.cupti.json.gz, from xprosql record). A directory is searched for all of them.")
     p.add_argument("sources", nargs="+", metavar="SOURCE",
-                   help="a profile file (*.xplane.pb, *.json, *.json.gz, *.cupti.json.gz) or a directory to search")
-    p.add_argument("--into", required=True, help="warehouse directory (created if missing)")
+                   help="a profile file (*.xplane.pb, *.json, *.json.gz, *.cupti.json.gz) or a directory to search; "
+                        "also on object storage (s3://bucket/logdir/; credentials from the environment)")
+    p.add_argument("--into", required=True,
+                   help="warehouse directory (created if missing), or object storage (s3://bucket/run)")
     p.add_argument("--jobs", "-j", type=int, default=1, metavar="N", help="decode N files at once, in N processes")
+    p.add_argument("--cluster", metavar="ADDRESS",
+                   help="decode on a Dask cluster (its scheduler, tcp://host:8786): the workers must read the sources "
+                        "and write the warehouse; they place the files, this process commits them")
     p.add_argument("--tag", action="append", default=[], metavar="KEY=VALUE",
                    help="tag every profile (profiles.tags; over the xprosql.json files of its directories)")
     p.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None,
@@ -63,6 +70,36 @@ def _parser() -> argparse.ArgumentParser:
                                             "readers keep working")
     p.add_argument("dir", help="warehouse directory")
     p.set_defaults(subcommand="compact")
+
+    p = commands.add_parser(
+        "watch", help="ingest each profile that lands in a log directory, once complete; flag anomalies as they land",
+        description="Watch a log directory (jax.profiler traces, torch.profiler's tensorboard_trace_handler, XProf "
+                    "snapshots) and ingest every profile file once it is complete, comparing each new profile with its "
+                    "job's recent ones (sql/fleet/anomalies.sql). Resumes where it stopped; SIGINT or SIGTERM stops it.")
+    p.add_argument("logdir", metavar="LOGDIR", help="the directory to watch (every directory below it too)")
+    p.add_argument("--into", required=True, help="warehouse directory (created if missing)")
+    p.add_argument("--tag", action="append", default=[], metavar="KEY=VALUE",
+                   help="tag every profile (over xprosql.json files); without a job tag, job=LOGDIR's name")
+    p.add_argument("--interval", type=float, default=2.0, metavar="S",
+                   help="seconds between scans when polling (doubling while nothing changes), default 2")
+    p.add_argument("--max-interval", type=float, default=60.0, metavar="S",
+                   help="longest wait between scans (with inotify: a safety rescan), default 60")
+    p.add_argument("--stable", type=float, default=1.0, metavar="S",
+                   help="a file is read once unchanged this long (or closed by its writer), default 1")
+    p.add_argument("--settle", type=float, default=30.0, metavar="S",
+                   help="a file that does not ingest is retried until unchanged this long, then reported once, default 30")
+    p.add_argument("--param", action="append", default=[], metavar="NAME=VALUE",
+                   help="a threshold of the anomaly check (xprosql analyses fleet.anomalies), e.g. mads=5")
+    p.add_argument("--anomalies", action=argparse.BooleanOptionalAction, default=True,
+                   help="compare each new profile with its job's recent ones and print a line per anomaly")
+    p.add_argument("--compact", choices=["auto", "never"], default="auto",
+                   help="compact once enough profiles landed since the last compaction (auto), or never")
+    p.add_argument("--inotify", action=argparse.BooleanOptionalAction, default=True,
+                   help="wake on directory changes (Linux inotify) rather than polling")
+    p.add_argument("--quiet", "-q", action="store_true", help="no line per file; anomalies, failures and the summary")
+    p.add_argument("--keep-secrets", action="store_true",
+                   help="store credentials as the files hold them (default: replaced by <redacted> and counted)")
+    p.set_defaults(subcommand="watch")
 
     p = commands.add_parser("upgrade", help="convert a warehouse of an older xprosql (hive partitions) to Delta tables")
     p.add_argument("dir", help="warehouse directory")
@@ -181,6 +218,17 @@ def _parser() -> argparse.ArgumentParser:
                    help="counter tracks: the counters table and the memory timeline")
     p.add_argument("--job-clock", action="store_true", help="a job's ranks side by side on the job's clock (sql/jobs/clock_offsets.sql)")
     p.set_defaults(subcommand="export")
+
+    p = commands.add_parser(
+        "mcp", help="serve a warehouse to AI assistants over the Model Context Protocol (read-only; pip install 'xprosql[mcp]')",
+        description="A Model Context Protocol server over a warehouse, on stdin/stdout (or streamable HTTP on 127.0.0.1): "
+                    "a tool per analysis, tables, sql (one read-only SELECT), describe and diagnose; within a row cap "
+                    "and a time limit. Register it with an MCP client as the command: xprosql mcp DIR.")
+    p.add_argument("dir", help="warehouse directory")
+    p.add_argument("--timeout", type=float, default=30.0, metavar="S", help="wall-clock seconds one tool call may run (default 30)")
+    p.add_argument("--max-rows", type=int, default=500, metavar="N", help="the most rows one result carries (default 500)")
+    p.add_argument("--http", type=int, metavar="PORT", help="streamable HTTP at http://127.0.0.1:PORT/mcp instead of stdio")
+    p.set_defaults(subcommand="mcp")
 
     p = commands.add_parser("demo", help="ingest the bundled TPU sample into a warehouse (kept: ./xprosql-demo), summarise it "
                                          "and print the commands to try next on it")

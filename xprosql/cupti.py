@@ -4,6 +4,15 @@ The recorder enables CUPTI activity kinds (kernels, memcpy, memset, runtime and
 driver calls, synchronization, markers) while user code runs, then writes what
 CUPTI delivered as a Kineto-format trace (``*.cupti.json.gz``): the same JSON
 shape PyTorch's profiler writes, so one ingester and one set of tables serve both.
+Kernels, copies and memsets keep the ``graph id`` and ``graph node id`` of a CUDA
+graph launch (``names.graph_kernels`` reads them).
+
+NVTX: CUPTI delivers NVTX ranges and marks as MARKER records once NVTX loads CUPTI
+as its injection library, which ``record`` arranges (``NVTX_INJECTION64_PATH``, set
+for the block when unset; NVTX reads it at its first call in the process, so a
+program that used NVTX before the block records no ranges). A range's start and end
+records become one ``nvtx`` event on the thread that opened it, which ``names.tree``
+nests with the thread's API calls, as it does PyTorch's ``record_function``.
 Recording needs an NVIDIA GPU and ``pip install 'xprosql[cupti]'``; ingesting a
 recording works anywhere.
 
@@ -42,6 +51,7 @@ from xprosql.models.recording import PM_SAMPLE_ARG, PM_SAMPLING_CATEGORY, RECORD
 
 __all__ = [
     "DEFAULT_KINDS",
+    "NVTX_CATEGORY",
     "PM_SAMPLE_ARG",
     "PM_SAMPLING_CATEGORY",
     "RECORDER_KEY",
@@ -54,6 +64,7 @@ __all__ = [
 
 DEFAULT_KINDS = ("CONCURRENT_KERNEL", "MEMCPY", "MEMSET", "RUNTIME", "DRIVER", "SYNCHRONIZATION", "MARKER")
 _BUFFER_BYTES = 8 * 1024 * 1024
+_NVTX_INJECTION = "NVTX_INJECTION64_PATH"
 DEFAULT_SAMPLING_INTERVAL_NS = 1_000_000
 # decode() allocates its counter data image for max_samples up front (kilobytes per sample):
 # size it to the block's length, but bound the host memory a long block can take.
@@ -64,6 +75,11 @@ _COPY_KINDS = {1: "HtoD", 2: "DtoH", 3: "HtoA", 4: "AtoH", 5: "AtoA", 6: "AtoD",
 _MEMORY_KINDS = {0: "Unknown", 1: "Pageable", 2: "Pinned", 3: "Device", 4: "Array", 5: "Managed",
                  6: "Device Static", 7: "Managed Static"}
 _SYNC_KINDS = {0: "Unknown", 1: "Event Sync", 2: "Stream Wait Event", 3: "Stream Sync", 4: "Context Sync"}
+# CUpti_ActivityFlag bits of a MARKER record (cupti_activity.h).
+_MARKER_INSTANTANEOUS, _MARKER_START, _MARKER_END = 1 << 0, 1 << 1, 1 << 2
+# CUpti_ActivityObjectKind values whose id is a process / thread (the ``pt`` member of the id union).
+_OBJECT_PROCESS, _OBJECT_THREAD = 1, 2
+NVTX_CATEGORY = "nvtx"
 
 
 class CuptiUnavailableError(XprosqlError):
@@ -141,6 +157,7 @@ def records_to_trace(records: Iterable[Any], *, kinds: dict[str, int], api_name:
             context_device[r.context_id] = r.device_id
     events: list[dict[str, Any]] = []
     skipped: dict[str, int] = {}
+    markers: list[Any] = []
 
     def us(ns: int) -> float:
         return (ns - base) / 1000.0
@@ -172,7 +189,8 @@ def records_to_trace(records: Iterable[Any], *, kinds: dict[str, int], api_name:
                 "pid": r.device_id, "tid": _get(r, "stream_id"), "ts": us(start), "dur": (end - start) / 1000.0,
                 "args": {"device": r.device_id, "context": _get(r, "context_id"), "stream": _get(r, "stream_id"),
                          "correlation": r.correlation_id, "bytes": r.bytes,
-                         "src device": _get(r, "src_device_id"), "dst device": _get(r, "dst_device_id")},
+                         "src device": _get(r, "src_device_id"), "dst device": _get(r, "dst_device_id"),
+                         "graph id": _get(r, "graph_id"), "graph node id": _get(r, "graph_node_id")},
             })
         elif kind == "MEMSET":
             memory = _MEMORY_KINDS.get(_get(r, "memory_kind"), "Unknown")
@@ -180,7 +198,8 @@ def records_to_trace(records: Iterable[Any], *, kinds: dict[str, int], api_name:
                 "ph": "X", "cat": "gpu_memset", "name": f"Memset ({memory})",
                 "pid": r.device_id, "tid": _get(r, "stream_id"), "ts": us(start), "dur": (end - start) / 1000.0,
                 "args": {"device": r.device_id, "context": _get(r, "context_id"), "stream": _get(r, "stream_id"),
-                         "correlation": r.correlation_id, "bytes": r.bytes, "value": _get(r, "value")},
+                         "correlation": r.correlation_id, "bytes": r.bytes, "value": _get(r, "value"),
+                         "graph id": _get(r, "graph_id"), "graph node id": _get(r, "graph_node_id")},
             })
         elif kind in ("RUNTIME", "DRIVER"):
             domain = "RUNTIME_API" if kind == "RUNTIME" else "DRIVER_API"
@@ -200,17 +219,78 @@ def records_to_trace(records: Iterable[Any], *, kinds: dict[str, int], api_name:
                          "context": _get(r, "context_id"), "cuda event id": _get(r, "cuda_event_id")},
             })
         elif kind == "MARKER":
-            events.append({"ph": "i", "s": "t", "cat": "marker", "name": _get(r, "name", default=""),
-                           "pid": pid, "tid": 0, "ts": us(r.timestamp), "args": {"id": _get(r, "id")}})
+            markers.append(r)
         else:
             skipped[kind] = skipped.get(kind, 0) + 1
+    nvtx = _marker_events(markers, us, pid, events)
     for event in events:  # JSON has no None: drop fields the record lacked
         event["args"] = {k: v for k, v in event["args"].items() if v is not None}
     recorder: dict[str, Any] = {"host": host, "pid": pid, "skipped_record_kinds": skipped}
+    if markers:
+        recorder["nvtx"] = nvtx
     if pm_samples:
         recorder["pm_sampling"] = {str(device): _pm_events(decoded, device, us, events)
                                    for device, decoded in sorted(pm_samples.items())}
     return {"schemaVersion": 1, "baseTimeNanoseconds": base, "traceEvents": events, RECORDER_KEY: recorder}
+
+
+def _marker_thread(record: Any, pid: int | None) -> tuple[int | None, int]:
+    """(process, thread) of a MARKER record: its object id's ``pt`` member when the object is a thread or process."""
+    kind = _get(record, "object_kind")
+    ids = getattr(_get(record, "object_id"), "pt", None)
+    if ids is None or kind not in (_OBJECT_PROCESS, _OBJECT_THREAD):
+        return pid, 0
+    process = _get(ids, "process_id", default=pid)
+    return process, (_get(ids, "thread_id", default=0) if kind == _OBJECT_THREAD else 0)
+
+
+def _marker_events(markers: Sequence[Any], us: Any, pid: int | None, events: list[dict[str, Any]]) -> dict[str, int]:
+    """MARKER records as events: an NVTX range's start and end records (same id) as one ``nvtx`` complete event on
+    the thread that opened it, a mark as an instant ``marker`` event. Returns the counts: ``ranges``, ``marks``, and
+    what could not be paired: ``unclosed`` ranges (still open when the recording ended: kept as a ``marker`` instant
+    at their start, args ``unclosed``), ``unopened`` ends (their start came before the recording) and records
+    without a timestamp (``untimed``), which CUPTI could not time."""
+    counts = {"ranges": 0, "marks": 0, "unclosed": 0, "unopened": 0, "untimed": 0}
+    opened: dict[int, tuple[Any, int | None, int]] = {}
+    for r in sorted(markers, key=lambda m: (_get(m, "timestamp", default=0), _get(m, "id", default=0))):
+        flags = int(_get(r, "flags_", "flags", default=0))
+        if not _get(r, "timestamp"):
+            counts["untimed"] += 1
+            continue
+        process, thread = _marker_thread(r, pid)
+        if flags & _MARKER_START:
+            opened[r.id] = (r, process, thread)
+        elif flags & _MARKER_END:
+            start = opened.pop(r.id, None)
+            if start is None:
+                counts["unopened"] += 1
+                continue
+            first, process, thread = start
+            counts["ranges"] += 1
+            events.append({"ph": "X", "cat": NVTX_CATEGORY, "name": _get(first, "name", default="") or "",
+                           "pid": process, "tid": thread, "ts": us(first.timestamp),
+                           "dur": (r.timestamp - first.timestamp) / 1000.0,
+                           "args": {"id": first.id, "domain": _get(first, "domain")}})
+        else:  # a mark (instantaneous), or a synchronization marker
+            counts["marks"] += 1
+            events.append({"ph": "i", "s": "t", "cat": "marker", "name": _get(r, "name", default="") or "",
+                           "pid": process, "tid": thread, "ts": us(r.timestamp),
+                           "args": {"id": _get(r, "id"), "domain": _get(r, "domain"), "flags": flags}})
+    for first, process, thread in opened.values():
+        counts["unclosed"] += 1
+        events.append({"ph": "i", "s": "t", "cat": "marker", "name": _get(first, "name", default="") or "",
+                       "pid": process, "tid": thread, "ts": us(first.timestamp),
+                       "args": {"id": first.id, "domain": _get(first, "domain"), "unclosed": True}})
+    return counts
+
+
+def _nvtx_injection_path() -> str | None:
+    """The CUPTI library NVTX should load to report its ranges (cupti-python's own, found by cuda-pathfinder)."""
+    try:
+        from cuda.pathfinder import load_nvidia_dynamic_lib
+        return load_nvidia_dynamic_lib("cupti").abs_path
+    except Exception:  # no cuda-pathfinder, or no CUPTI library where it looks: NVTX ranges are not recorded
+        return None
 
 
 def _pm_events(decoded: PmSamples, device: int, us: Any, events: list[dict[str, Any]]) -> dict[str, Any]:
@@ -342,6 +422,15 @@ def record(directory: str | os.PathLike[str], *, kinds: Iterable[str] = DEFAULT_
         recording.records.extend(activities)
 
     enabled: list[str] = []
+    # NVTX reports ranges to CUPTI only as its injection library (read at NVTX's first call in the process).
+    injection = os.environ.get(_NVTX_INJECTION)
+    if "MARKER" in wanted and injection is None:
+        found = _nvtx_injection_path()
+        if found:
+            os.environ[_NVTX_INJECTION] = found
+        else:
+            warnings.warn("xprosql.cupti: CUPTI's library was not found for NVTX (cuda-pathfinder): NVTX ranges will "
+                          f"not be recorded unless {_NVTX_INJECTION} names it", stacklevel=3)
     try:
         cupti.activity_register_callbacks(buffer_requested, buffer_completed)
         for name in wanted:
@@ -352,6 +441,8 @@ def record(directory: str | os.PathLike[str], *, kinds: Iterable[str] = DEFAULT_
             cupti.activity_disable(getattr(cupti.ActivityKind, name))
         if sampler is not None:
             sampler.finish()
+        if injection is None:
+            os.environ.pop(_NVTX_INJECTION, None)
         raise CuptiUnavailableError(f"CUPTI could not start recording (no NVIDIA GPU or driver?): {exc}") from None
     try:
         yield recording
@@ -367,6 +458,8 @@ def record(directory: str | os.PathLike[str], *, kinds: Iterable[str] = DEFAULT_
         for name in enabled:
             cupti.activity_disable(getattr(cupti.ActivityKind, name))
         cupti.finalize()
+        if injection is None:
+            os.environ.pop(_NVTX_INJECTION, None)
         trace = records_to_trace(recording.records, kinds=kind_values,
                                  api_name=lambda domain, cbid: _api_name(cupti, domain, cbid),
                                  host=socket.gethostname(), pid=os.getpid(), pm_samples=recording.pm_samples)

@@ -39,7 +39,7 @@ from xprosql.queries.bottlenecks import Scope
 from xprosql.queries.diagnose import Severity
 from xprosql.queries.fleet import Cohort, CompareBy
 from xprosql.queries.utilization import Level
-from xprosql.warehouse import Warehouse
+from xprosql.warehouse import Warehouse, is_uri
 
 __all__ = ["Run", "load"]
 
@@ -61,11 +61,13 @@ class Run:
         cluster: Any = None,
         version: int | None = None,
         as_of: dt.datetime | str | None = None,
+        storage_options: Mapping[str, str] | None = None,
     ) -> None:
-        self.path = Path(path)
+        self.path: Path | str = str(path) if is_uri(path) else Path(path)
         # Files of older versions stay for the vacuum retention (xprosql.warehouse), which is what keeps this
         # snapshot readable through later compactions.
-        snapshot = Warehouse(self.path).snapshot(profiles=profiles, version=version, as_of=as_of)
+        snapshot = Warehouse(self.path, storage_options=storage_options).snapshot(profiles=profiles, version=version,
+                                                                                   as_of=as_of)
         for derived in INGEST_DERIVED_TABLES:
             stale = snapshot.profiles_without(derived)
             if stale:
@@ -315,6 +317,28 @@ class Run:
         return self.engine.analysis("names.scopes", profiles=profiles, **given(
             peak_flops_per_s=peak_flops_per_s, peak_hbm_bytes_per_s=peak_hbm_bytes_per_s, peak_source=peak_source))
 
+    def graph_kernels(self, *, profiles: Profiles = None) -> Result:
+        """The kernels, copies and memsets CUDA/HIP graph launches replayed (``sql/names/graph_kernels.sql``): each
+        with its graph launch and, where the profiles analysed hold a capture of the graph (StreamBeginCapture ..
+        StreamEndCapture, here or in another profile of the run), the PyTorch op and the names path that produced
+        it (TraceLens's capture-merge); ``match`` says how (order, name, position) or why not (unmatched,
+        no_capture, no_launch). Times in ps.
+
+        Example:
+            >>> run.graph_kernels().pl().group_by("match").len()  # doctest: +SKIP
+        """
+        return self.engine.analysis("names.graph_kernels", profiles=profiles)
+
+    def graph_launches(self, *, profiles: Profiles = None) -> Result:
+        """Per CUDA/HIP graph launch (``sql/names/graph_launches.sql``): the nodes it ran, their GPU time (ps), and
+        how many :meth:`graph_kernels` attributed to the op that produced them, by how they matched
+        (``attributed_share``, 0..1).
+
+        Example:
+            >>> run.graph_launches().pl().select("launch_name", "nodes", "attributed", "no_capture")  # doctest: +SKIP
+        """
+        return self.engine.analysis("names.graph_launches", profiles=profiles)
+
     # -- critical path ------------------------------------------------------------------------------
 
     def critical_path(self, *, profiles: Profiles = None, include_last_step: bool | None = True,
@@ -337,8 +361,6 @@ class Run:
         """The critical path itself, one row per edge in order (ps), with the op each edge's time belongs to."""
         return _critical_path.critical_path_edges(self.engine, profiles=profiles, include_last_step=include_last_step,
                                                   us_rounding=us_rounding, launch_calls=launch_calls, changes=changes)
-
-    # -- HTA ----------------------------------------------------------------------------------------
 
     def temporal_breakdown(self, *, profiles: Profiles = None, include_last_step: bool | None = None,
                            us_rounding: bool | None = None) -> Result:
@@ -398,6 +420,20 @@ class Run:
             >>> run.regressions(tag="job").pl().select("series", "metric", "first_profile_id", "change")  # doctest: +SKIP
         """
         return _fleet.regressions(self.engine, tag=tag, window=window, threshold=threshold, mads=mads, top=top)
+
+    def op_history(self, *, tag: str = "job", run_tag: str | None = None, op_key: str | None = None,
+                   top: int | None = None, min_runs: int | None = None, threshold: float | None = None,
+                   mads: float | None = None) -> Result:
+        """One op across each series' runs (``sql/fleet/op_history.sql``): per (value of ``tag``, op by its
+        ``op_stats.op_key``, run of ``run_tag``) the median time per occurrence (ps), and the run where it changed
+        level (a least-absolute-deviations split, checked against ``threshold`` and ``mads`` scaled MADs of the
+        run-to-run noise). ``op_key``: follow that op alone; else the ``top`` longest of each series.
+
+        Example:
+            >>> run.op_history().pl().filter(pl.col("is_change_point"))  # doctest: +SKIP
+        """
+        return self.engine.analysis("fleet.op_history", **given(
+            tag=tag, run_tag=run_tag, op_key=op_key, top=top, min_runs=min_runs, threshold=threshold, mads=mads))
 
     def worst(self, *, by: str = "step_time_ps", top: int = 10, analysis: str | None = None,
               scope: Literal["step", "profile"] | None = None) -> Result:
@@ -509,6 +545,7 @@ def load(
     cluster: Any = None,
     version: int | None = None,
     as_of: dt.datetime | str | None = None,
+    storage_options: Mapping[str, str] | None = None,
 ) -> Run:
     """Open a warehouse read-only. Cheap: reads the tables' logs, copies no data.
 
@@ -517,10 +554,14 @@ def load(
     share of profiles on the cluster. ``version`` (an integer, ``run.version`` of an earlier load) or
     ``as_of`` (a datetime or ISO 8601 text: the last version committed by then) reads an earlier
     snapshot, while vacuum has not deleted its files (``xprosql.compact``'s ``retention_hours``).
+    ``path`` may be object storage (``s3://bucket/run``, ``gs://``, ``az://``): ``storage_options`` gives its
+    credentials and endpoint (delta-rs's keys: ``AWS_ENDPOINT_URL``, ``AWS_ACCESS_KEY_ID``, ...), else the
+    environment's; the files are read in place (DuckDB through fsspec, Polars through object_store).
 
     Example:
         >>> run = load("run/")                                       # doctest: +SKIP
         >>> run.sql("SELECT count(*) FROM events").rows()            # doctest: +SKIP
         [(37443,)]
     """
-    return Run(path, profiles=profiles, where=where, cluster=cluster, version=version, as_of=as_of)
+    return Run(path, profiles=profiles, where=where, cluster=cluster, version=version, as_of=as_of,
+               storage_options=storage_options)

@@ -49,6 +49,22 @@ Decisions (issue #15):
   retention time**, not by a registry of readers (Delta's own model, which readers outside xprosql also
   rely on); a snapshot kept open longer than the retention may find its files gone, and says so.
 
+* **Object storage** (issue #38): ``Warehouse("s3://bucket/run", storage_options=...)`` is a
+  :class:`RemoteWarehouse`: the same tables, written and read in place through delta-rs (which speaks S3, GCS and
+  Azure) and fsspec (the data files DuckDB reads, uploads, the logs' entries). There is no lock: every commit is
+  optimistic, built on the one guarantee delta-rs needs of a store for concurrent writers, an atomic
+  put-if-absent of a log entry (S3's conditional ``If-None-Match`` put, which delta-rs 1.x uses by default, with
+  no DynamoDB lock any more; GCS and Azure have it natively). A writer commits each data table at exactly the
+  version after its latest, in an entry that holds the files its head pins plus its own, then ``profiles`` at
+  exactly the head's version + 1 with the pins: a compare-and-swap that one writer wins; a loser starts again
+  from the new head (:meth:`RemoteWarehouse._optimistic`). Vacuum keeps the files of the pinned versions whatever
+  the latest entries hold. **Safe for concurrent writers**: AWS S3 (conditional writes since August 2024), GCS,
+  Azure Blob / ADLS, MinIO and Cloudflare R2 (conditional puts), local file systems. **Not safe**: stores without
+  an atomic put-if-absent (older Ceph RGW, Backblaze B2, other "S3-compatible" stores without ``If-None-Match``):
+  there, one writer at a time (``AWS_S3_ALLOW_UNSAFE_RENAME`` is the old delta-rs switch for that; xprosql sets
+  nothing). Staging is local (the system's temporary folder), the staged files are uploaded into the tables'
+  folders and committed. A local warehouse keeps the ``flock`` protocol above, unchanged.
+
 Example:
     >>> wh = Warehouse("run/")                                  # doctest: +SKIP
     >>> with wh.stage("3fa2c0de12345678") as staged:            # doctest: +SKIP
@@ -65,7 +81,10 @@ import datetime as dt
 import fcntl
 import json
 import os
+import random
+import re
 import shutil
+import tempfile
 import threading
 import time
 import uuid
@@ -81,6 +100,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 from deltalake import DeltaTable, Schema
+from deltalake.exceptions import CommitFailedError
 from deltalake.transaction import AddAction, CommitProperties, RemoveAction
 
 from xprosql.errors import WarehouseError
@@ -96,10 +116,14 @@ __all__ = [
     "VACUUM_RETENTION_HOURS",
     "CompactReport",
     "DataFile",
+    "PlacedProfile",
+    "RemoteWarehouse",
     "Snapshot",
     "StagedProfile",
     "Warehouse",
     "file_schema",
+    "filesystem",
+    "is_uri",
     "to_file_types",
     "unsigned_sql",
 ]
@@ -222,6 +246,232 @@ def _now_ms() -> int:
     return int(time.time() * 1000)
 
 
+# A URI with a scheme other than file: (s3://, gs://, az://, abfs://, ...): object storage.
+_URI = re.compile(r"^(?P<scheme>[A-Za-z][A-Za-z0-9+.-]*)://")
+
+
+def is_uri(location: str | os.PathLike[str]) -> bool:
+    """Whether ``location`` names object storage (``s3://bucket/run``) rather than a local path."""
+    match = _URI.match(os.fspath(location)) if isinstance(location, str) else None
+    return match is not None and match["scheme"].lower() != "file"
+
+
+def _fsspec_options(scheme: str, options: Mapping[str, str]) -> dict[str, Any]:
+    """delta-rs / object_store storage options as fsspec's file system of ``scheme`` takes them: the S3 keys
+    (``AWS_ACCESS_KEY_ID``, ``AWS_SECRET_ACCESS_KEY``, ``AWS_SESSION_TOKEN``, ``AWS_ENDPOINT_URL``, ``AWS_REGION``)
+    become s3fs's; other schemes' options pass as they are (gcsfs and adlfs name theirs)."""
+    if scheme not in ("s3", "s3a"):
+        return dict(options)
+    keys = {k.lower(): v for k, v in options.items()}
+    # Listings are not cached: another process commits to the logs this one lists.
+    out: dict[str, Any] = {"use_listings_cache": False}
+    for name, key in (("aws_access_key_id", "key"), ("aws_secret_access_key", "secret"), ("aws_session_token", "token")):
+        if name in keys:
+            out[key] = keys[name]
+    endpoint = keys.get("aws_endpoint_url") or keys.get("aws_endpoint") or keys.get("endpoint_url")
+    if endpoint:
+        out["endpoint_url"] = endpoint
+    region = keys.get("aws_region") or keys.get("aws_default_region") or keys.get("region")
+    if region:
+        out["client_kwargs"] = {"region_name": region}
+    return out
+
+
+def filesystem(location: str, storage_options: Mapping[str, str] | None = None) -> Any:
+    """The fsspec file system of an object-storage ``location`` (``s3://`` needs s3fs, ``gs://`` gcsfs, ``az://``
+    adlfs), with the credentials of ``storage_options`` or else of the environment."""
+    import fsspec
+
+    scheme = location.split("://", 1)[0].lower()
+    try:
+        return fsspec.filesystem(scheme, **_fsspec_options(scheme, storage_options or {}))
+    except ImportError as exc:
+        raise WarehouseError(f"{location}: reading {scheme}:// needs its fsspec file system: {exc}") from None
+
+
+# Data files' bytes a process keeps in memory (least recently used out), read in blocks of _READ_BLOCK; the tail of
+# every file of a snapshot (its Parquet footer) is fetched at once, concurrently, before DuckDB binds its views.
+_READ_CACHE_BYTES = 1 << 30
+_READ_BLOCK = 4 << 20
+_READ_TAIL = 64 << 10
+_DATA_FILESYSTEMS: dict[tuple[str, str, bool], Any] = {}
+
+
+def data_filesystem(location: str, storage_options: Mapping[str, str] | None = None, *, keep: bool = True) -> Any:
+    """The fsspec file system DuckDB reads a warehouse's data files through: :func:`filesystem`, with what it reads
+    kept in memory. A data file never changes once written (a fresh name each), so what is kept is never stale, and
+    the sizes the Delta log gives (:meth:`CachedReads.know`) need no request. Reading through the store's own file
+    objects instead costs DuckDB a request per read, per size and per date asked: thousands for one analysis of a
+    few profiles. ``keep`` False: nothing is kept past the read (compaction reads each file once)."""
+    scheme = location.split("://", 1)[0].lower()
+    key = (scheme, json.dumps(sorted((storage_options or {}).items())), keep)
+    with _FILE_IDS_LOCK:
+        found = _DATA_FILESYSTEMS.get(key)
+        if found is None:
+            found = _DATA_FILESYSTEMS[key] = _cached_reads(filesystem(location, storage_options),
+                                                           _READ_CACHE_BYTES if keep else 0)
+    return found
+
+
+def _cached_reads(target: Any, limit: int) -> Any:
+    """``target`` with reads kept in memory, up to ``limit`` bytes (:func:`data_filesystem`)."""
+    import io
+    from collections import OrderedDict
+
+    from fsspec import AbstractFileSystem
+
+    class CachedReads(AbstractFileSystem):
+        protocol = target.protocol
+
+        def __init__(self) -> None:
+            super().__init__(skip_instance_cache=True)
+            self._lock = threading.Lock()
+            self._sizes: dict[str, int] = {}
+            self._info: dict[str, dict[str, Any]] = {}
+            # (file, start) -> bytes from start; per file, the starts held
+            self._segments: OrderedDict[tuple[str, int], bytes] = OrderedDict()
+            self._starts: dict[str, list[int]] = {}
+            self._kept = 0
+
+        def _key(self, path: str) -> str:
+            return str(target._strip_protocol(path))
+
+        def know(self, files: Iterable[DataFile]) -> None:
+            """Sizes of data files from the log (their info then needs no request), and their tails fetched
+            concurrently, unless held already."""
+            fresh = []
+            with self._lock:
+                for f in files:
+                    key = self._key(f.path)
+                    if f.size and key not in self._sizes:
+                        self._sizes[key] = f.size
+                    if f.size and not self._held(key, max(0, f.size - _READ_TAIL), f.size):
+                        fresh.append((f.path, key, max(0, f.size - _READ_TAIL), f.size))
+            if fresh and limit:
+                tails = target.cat_ranges([p for p, _, _, _ in fresh], [s for _, _, s, _ in fresh],
+                                          [e for _, _, _, e in fresh], on_error="return")
+                for (_, key, start, _), data in zip(fresh, tails, strict=True):
+                    if isinstance(data, bytes):
+                        self._keep(key, start, data)
+
+        def info(self, path: str, **kwargs: Any) -> dict[str, Any]:
+            key = self._key(path)
+            with self._lock:
+                known = self._info.get(key)
+                if known is None and key in self._sizes:
+                    known = self._info[key] = {"name": key, "size": self._sizes[key], "type": "file"}
+            if known is None:
+                known = dict(target.info(path, **kwargs))
+                with self._lock:
+                    self._info[key] = known
+                    if known.get("type") == "file":
+                        self._sizes[key] = int(known.get("size") or 0)
+            return known
+
+        def modified(self, path: str) -> Any:
+            info = self.info(path)
+            if "modified" not in info:  # a data file never changes: any fixed date says so; else the store's
+                info["modified"] = (dt.datetime.fromtimestamp(0, dt.timezone.utc) if self._key(path) in self._sizes
+                                    and os.path.basename(path).startswith(_TABLE_FILE_PREFIX) else target.modified(path))
+            return info["modified"]
+
+        def ls(self, path: str, detail: bool = True, **kwargs: Any) -> Any:
+            return target.ls(path, detail=detail, **kwargs)
+
+        def _held(self, key: str, start: int, end: int) -> bytes | None:
+            """The bytes [start, end) of a file if one kept segment holds them (call under the lock)."""
+            for at in self._starts.get(key, ()):
+                data = self._segments.get((key, at))
+                if data is not None and at <= start and end <= at + len(data):
+                    self._segments.move_to_end((key, at))
+                    return data[start - at:end - at]
+            return None
+
+        def _keep(self, key: str, start: int, data: bytes) -> None:
+            with self._lock:
+                if (key, start) in self._segments or not limit:
+                    return
+                self._segments[(key, start)] = data
+                self._starts.setdefault(key, []).append(start)
+                self._kept += len(data)
+                while self._kept > limit and self._segments:
+                    (old, at), dropped = self._segments.popitem(last=False)
+                    self._kept -= len(dropped)
+                    self._starts[old].remove(at)
+
+        def read(self, path: str, key: str, size: int, start: int, end: int) -> bytes:
+            """Bytes [start, end) of a file, from memory or in whole blocks from the store."""
+            with self._lock:
+                held = self._held(key, start, end)
+            if held is not None:
+                return held
+            first, last = start // _READ_BLOCK * _READ_BLOCK, min(-(-end // _READ_BLOCK) * _READ_BLOCK, size)
+            try:
+                data = bytes(target.cat_file(path, start=first, end=last))
+            except FileNotFoundError:
+                raise FileNotFoundError(f"{path}: no such object (vacuum deletes the files of versions older than its "
+                                        "retention)") from None
+            self._keep(key, first, data)
+            return data[start - first:end - first]
+
+        def _open(self, path: str, mode: str = "rb", **kwargs: Any) -> Any:
+            if mode != "rb":
+                return target.open(path, mode)
+            return _File(self, path, self._key(path), int(self.info(path).get("size") or 0))
+
+    class _File(io.RawIOBase):
+        """A read-only file over :class:`CachedReads`."""
+
+        def __init__(self, fs: CachedReads, path: str, key: str, size: int) -> None:
+            super().__init__()
+            self.fs, self.path, self.key, self.size, self.position = fs, path, key, size, 0
+
+        def readable(self) -> bool:
+            return True
+
+        def seekable(self) -> bool:
+            return True
+
+        def tell(self) -> int:
+            return self.position
+
+        def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
+            base = {io.SEEK_SET: 0, io.SEEK_CUR: self.position, io.SEEK_END: self.size}[whence]
+            self.position = max(0, base + offset)
+            return self.position
+
+        def read(self, n: int | None = -1) -> bytes:
+            end = self.size if n is None or n < 0 else min(self.size, self.position + n)
+            if end <= self.position:
+                return b""
+            data = self.fs.read(self.path, self.key, self.size, self.position, end)
+            self.position = end
+            return data
+
+        def readinto(self, buffer: Any) -> int:
+            data = self.read(len(buffer))
+            memoryview(buffer)[:len(data)] = data
+            return len(data)
+
+        def readall(self) -> bytes:
+            return self.read(-1)
+
+    return CachedReads()
+
+
+def _read_column(path: str, column: str, fs: Any = None) -> pa.ChunkedArray:
+    """One column of a Parquet file (through ``fs`` on object storage)."""
+    if fs is None:
+        return pq.read_table(path, columns=[column]).column(0)
+    with fs.open(path, "rb") as handle:
+        return pq.read_table(handle, columns=[column]).column(0)
+
+
+def _strip_scheme(uri: str) -> str:
+    """``s3://bucket/key`` as fsspec paths name it (``bucket/key``)."""
+    return uri.split("://", 1)[1] if "://" in uri else uri
+
+
 class StagedProfile:
     """Parquet files of one profile being written aside, before commit: ``<staging>/<table>.parquet``.
 
@@ -334,6 +584,8 @@ class DataFile:
     last: str | None
     #: False when the file holds profiles outside the snapshot that lists it: a scan filters them out
     exact: bool = True
+    #: bytes (what an add action that puts the file back into a table says)
+    size: int = 0
 
     @property
     def single(self) -> bool:
@@ -367,6 +619,22 @@ class Snapshot:
     stored: frozenset[str] = frozenset()
     without: Mapping[str, frozenset[str]] = field(default_factory=dict)
     universe: tuple[str, ...] = ()
+    #: credentials and endpoint of an object-storage warehouse (None: a local one, or the environment's)
+    storage_options: Mapping[str, str] | None = field(default=None, repr=False, compare=False)
+
+    @property
+    def remote(self) -> bool:
+        """Whether the files are on object storage (their paths are URIs)."""
+        return is_uri(self.root)
+
+    def filesystem(self) -> Any:
+        """The fsspec file system DuckDB reads an object-storage snapshot's files through (each fetched whole once a
+        process: :func:`data_filesystem`); None when local."""
+        if not self.remote:
+            return None
+        fs = data_filesystem(self.root, self.storage_options)
+        fs.know(f for files in self.files.values() for f in files)
+        return fs
 
     def table_files(self, table: str) -> list[str]:
         """Every Parquet file this snapshot reads for ``table``."""
@@ -408,7 +676,9 @@ class Snapshot:
         files = self.files.get(table, ())
         if not files:
             return None
-        frame = pl.scan_parquet([f.path for f in files], hive_partitioning=False, missing_columns="insert")
+        options = ({k.lower(): v for k, v in (self.storage_options or {}).items()} or None) if self.remote else None
+        frame = pl.scan_parquet([f.path for f in files], hive_partitioning=False, missing_columns="insert",
+                                storage_options=options)
         if any(not f.exact for f in files):
             frame = frame.filter(pl.col(PARTITION_COLUMN).is_in(list(self.profile_ids)))
         names = frame.collect_schema().names()
@@ -423,7 +693,7 @@ class Snapshot:
 
     def _rows_read(self, path: str) -> int:
         """Rows of the file ``path`` that belong to this snapshot's profiles."""
-        ids = pq.read_table(path, columns=[PARTITION_COLUMN]).column(0).cast(pa.string())
+        ids = _read_column(path, PARTITION_COLUMN, self.filesystem()).cast(pa.string())
         return int(pc.sum(pc.is_in(ids, pa.array(self.profile_ids, pa.string()))).as_py() or 0)
 
     def restrict(self, profile_ids: Iterable[str]) -> Snapshot:
@@ -517,16 +787,61 @@ _FILE_IDS_LOCK = threading.Lock()
 _VERSION_FILES: dict[tuple[str, int], tuple[DataFile, ...]] = {}
 
 
-class Warehouse:
-    """A warehouse directory. Cheap to construct: nothing is read until asked."""
+@dataclass(frozen=True)
+class PlacedProfile:
+    """A staged profile whose files are in its tables' folders (uploaded, on object storage) but in no log yet: what
+    a Dask worker hands the committer (:meth:`Warehouse.place`, :meth:`Warehouse.commit_placed`). Plain data."""
 
-    def __init__(self, root: str | os.PathLike[str]) -> None:
+    profile_id: str
+    adds: Mapping[str, AddAction]  # table -> the add action of its file
+
+
+class Warehouse:
+    """A warehouse directory. Cheap to construct: nothing is read until asked.
+
+    An object-storage location (``s3://bucket/run``) gives a :class:`RemoteWarehouse`, with ``storage_options``
+    (delta-rs's keys) or else the environment's credentials.
+    """
+
+    def __new__(cls, root: str | os.PathLike[str], *, storage_options: Mapping[str, str] | None = None) -> Warehouse:
+        if cls is Warehouse and is_uri(root):
+            return super().__new__(RemoteWarehouse)
+        return super().__new__(cls)
+
+    def __init__(self, root: str | os.PathLike[str], *, storage_options: Mapping[str, str] | None = None) -> None:
         self.root = Path(root)
+        self.storage_options: dict[str, str] | None = None  # a local warehouse takes none
+
+    @property
+    def location(self) -> str:
+        """The warehouse as the user named it: a path, or a URI."""
+        return str(self.root)
 
     # -- tables and versions ------------------------------------------------------
 
     def table_path(self, table: str) -> Path:
         return self.root / table
+
+    def _has_table(self, table: str) -> bool:
+        return (self.table_path(table) / _LOG).is_dir()
+
+    def _relative(self, table: str, path: str) -> str:
+        """A data file's path relative to its table (what a log entry names)."""
+        return os.path.relpath(path, self.table_path(table))
+
+    def _log_entry(self, table: str, version: int) -> str | None:
+        """The text of a table's log entry (None when there is no such entry)."""
+        try:
+            return (self.table_path(table) / _LOG / f"{version:020d}.json").read_text()
+        except FileNotFoundError:
+            return None
+
+    def _has_log_entry(self, table: str, version: int) -> bool:
+        return (self.table_path(table) / _LOG / f"{version:020d}.json").exists()
+
+    def _table_key(self, table: str) -> str:
+        """What names a table across the process (the version-files cache's key)."""
+        return str(self.table_path(table).resolve())
 
     def is_warehouse(self) -> bool:
         return (self.root / "profiles" / _LOG).is_dir()
@@ -579,7 +894,7 @@ class Warehouse:
 
     def create(self) -> None:
         """Create every table (empty) that does not exist yet."""
-        missing = [table for table in TABLES if not (self.table_path(table) / _LOG).is_dir()]
+        missing = [table for table in TABLES if not self._has_table(table)]
         if missing:  # each creation is a few file writes in delta-rs, outside the GIL: a new warehouse at once
             with ThreadPoolExecutor(_LOAD_THREADS) as pool:
                 list(pool.map(self._create_table, missing))
@@ -602,12 +917,10 @@ class Warehouse:
 
     def _commit_info(self, version: int) -> dict[str, Any]:
         """The ``xprosql`` entry of the ``commitInfo`` of ``profiles`` version ``version`` ({} when none)."""
-        path = self.table_path("profiles") / _LOG / f"{version:020d}.json"
-        try:
-            lines = path.read_text().splitlines()
-        except FileNotFoundError:  # a log entry past the log's retention: its pins are unknown
+        text = self._log_entry("profiles", version)
+        if text is None:  # a log entry past the log's retention: its pins are unknown
             return {}
-        for line in lines:
+        for line in text.splitlines():
             action = json.loads(line)
             if "commitInfo" in action:
                 info = action["commitInfo"].get("xprosql", {})
@@ -624,7 +937,7 @@ class Warehouse:
 
     def _files_at(self, table: str, version: int) -> tuple[DataFile, ...]:
         """The data files of ``table`` at ``version``; a version never changes, so a process reads it once."""
-        key = (str(self.table_path(table).resolve()), version)
+        key = (self._table_key(table), version)
         with _FILE_IDS_LOCK:
             known = _VERSION_FILES.get(key)
         if known is None:
@@ -642,7 +955,7 @@ class Warehouse:
             info = self._commit_info(at)
             if "versions" in info:
                 return info
-            if not (self.table_path("profiles") / _LOG / f"{at:020d}.json").exists() and at < version:
+            if not self._has_log_entry("profiles", at) and at < version:
                 break  # past the log's retention
         return {}
 
@@ -671,13 +984,19 @@ class Warehouse:
         names = actions.column_names
         first = actions.column(f"min.{PARTITION_COLUMN}").to_pylist() if f"min.{PARTITION_COLUMN}" in names else [None] * actions.num_rows
         last = actions.column(f"max.{PARTITION_COLUMN}").to_pylist() if f"max.{PARTITION_COLUMN}" in names else [None] * actions.num_rows
-        files = [DataFile(path if path.startswith("/") else os.path.join(root, path), rows or 0, lo, hi)
-                 for path, rows, lo, hi in zip(actions.column("path").to_pylist(), actions.column("num_records").to_pylist(),
-                                               first, last, strict=True)]
+        files = [DataFile(path if path.startswith("/") else os.path.join(root, path), rows or 0, lo, hi, size=size or 0)
+                 for path, rows, lo, hi, size in zip(actions.column("path").to_pylist(), actions.column("num_records").to_pylist(),
+                                                     first, last, actions.column("size_bytes").to_pylist(), strict=True)]
         return tuple(sorted(files, key=lambda f: (f.first or "", f.path)))
 
-    @staticmethod
-    def _ids_of(files: Sequence[DataFile]) -> frozenset[str]:
+    def _fs(self) -> Any:
+        """The fsspec file system of object storage; None for a local warehouse."""
+        return None
+
+    def _read_schema(self, path: str) -> pa.Schema:
+        return pq.read_schema(path)
+
+    def _ids_of(self, files: Sequence[DataFile]) -> frozenset[str]:
         """The profile ids in ``profiles`` data files: from the log's statistics, or the file when it holds several."""
         ids: set[str] = set()
         for f in files:
@@ -687,7 +1006,7 @@ class Warehouse:
             with _FILE_IDS_LOCK:
                 known = _FILE_IDS.get(f.path)
             if known is None:
-                known = tuple(pq.read_table(f.path, columns=[PARTITION_COLUMN]).column(0).to_pylist())
+                known = tuple(_read_column(f.path, PARTITION_COLUMN, self._fs()).to_pylist())
                 with _FILE_IDS_LOCK:
                     _FILE_IDS[f.path] = known
             ids.update(known)
@@ -729,7 +1048,7 @@ class Warehouse:
 
         def load(table: str) -> tuple[str, tuple[DataFile, ...]]:
             pinned = at if table == "profiles" else pins.get(table)
-            if pinned is None or not (self.table_path(table) / _LOG).is_dir():
+            if pinned is None or not self._has_table(table):
                 return table, ()
             return table, self._files_at(table, pinned)
 
@@ -740,7 +1059,7 @@ class Warehouse:
             raise WarehouseError(f"{self.root}: cannot read version {at}: {exc}") from None
         ids = tuple(sorted(self._ids_of(files["profiles"])))
         stored, without = self._lists(info.get("lists_at"))
-        snap = Snapshot(str(self.root), at, ids, files, stored & set(ids), without, ids)
+        snap = Snapshot(self.location, at, ids, files, stored & set(ids), without, ids, self.storage_options)
         if profiles is not None:
             snap = snap.restrict(profiles)
         return snap
@@ -833,9 +1152,7 @@ class Warehouse:
         name = f"{_TABLE_FILE_PREFIX}{uuid.uuid4().hex}.parquet"
         target = self.table_path(table) / name
         os.rename(source, target)
-        stats = {"numRecords": rows, "minValues": {PARTITION_COLUMN: first}, "maxValues": {PARTITION_COLUMN: last},
-                 "nullCount": {PARTITION_COLUMN: 0}}
-        return AddAction(name, target.stat().st_size, {}, _now_ms(), data_change, json.dumps(stats))
+        return AddAction(name, target.stat().st_size, {}, _now_ms(), data_change, _stats(rows, first, last))
 
     def commit(self, staged: Sequence[StagedProfile]) -> list[bool]:
         """Commit finished profiles, each whole; per profile, False when it was already there (its files are
@@ -866,6 +1183,45 @@ class Warehouse:
         finally:
             for item in staged:
                 item.discard()
+
+    def place(self, staged: StagedProfile) -> PlacedProfile:
+        """Move a staged profile's files into its tables' folders (upload them, on object storage), in no log yet: a
+        Dask worker's part of an ingest, which :meth:`commit_placed` commits. The staged folder is gone afterwards.
+        Files placed by a worker that dies before the commit are in no version: vacuum deletes them."""
+        try:
+            staged.finish()
+            self.create()
+            adds = {t: self._add(t, staged.file(t), staged.rows[t], staged.profile_id, staged.profile_id)
+                    for t in TABLES if staged.rows[t]}
+        finally:
+            staged.discard()
+        return PlacedProfile(staged.profile_id, adds)
+
+    def commit_placed(self, placed: Sequence[PlacedProfile]) -> list[bool]:
+        """Commit placed profiles, each whole; per profile, False when it was already there (its files are deleted)."""
+        with self._locked():
+            self.create()
+            head = self._head()
+            kept = _first_new(placed, head.ids)
+            adds = _adds_of(placed, kept)
+            if any(kept):
+                self._publish(head, {t: a for t, a in adds.items() if t != "profiles"}, adds.get("profiles", []),
+                              operation="ingest")
+        self._drop_placed([p for p, k in zip(placed, kept, strict=True) if not k])
+        return kept
+
+    def _drop_placed(self, placed: Sequence[PlacedProfile]) -> None:
+        """Delete the files of placed profiles that were not committed."""
+        for item in placed:
+            for table, add in item.adds.items():
+                self._delete_file(self._file_path(table, add.path))
+
+    def _file_path(self, table: str, name: str) -> str:
+        """The path (URI, on object storage) of the file ``name`` of ``table``."""
+        return os.path.join(self.table_path(table), name)
+
+    def _delete_file(self, path: str) -> None:
+        Path(path).unlink(missing_ok=True)
 
     def _publish(self, head: _Head, tables: Mapping[str, Sequence[AddAction | RemoveAction]],
                  profiles: Sequence[AddAction | RemoveAction], *, operation: str,
@@ -923,10 +1279,7 @@ class Warehouse:
             self._collect_staging()
             self.create()
             head = self._head()
-            for table in TABLES:  # what dead committers left, before anything is packed
-                if table != "profiles" and self._open(table).version() != head.versions[table]:
-                    self._repair(table, head, self._open(table))
-                    head.versions[table] = self._open(table).version()
+            self._repair_all(head)
             report = CompactReport(head.version)
             snap = self._pinned_snapshot(head)
             stored, without = self._lists(head.lists_at)
@@ -937,7 +1290,7 @@ class Warehouse:
             if len(fresh) < min_profiles and not restore and not any(len(groups) for groups in plans.values()):
                 report.vacuumed = self._vacuum(retention_hours)
                 return report
-            written: list[Path] = []  # what a failure (a full disk) must not leave filling the disk
+            written: list[str] = []  # what a failure (a full disk) must not leave filling the disk
             actions: dict[str, list[AddAction | RemoveAction]] = {}
             with self.stage("compaction") as staging:
                 try:
@@ -946,7 +1299,7 @@ class Warehouse:
                         stamp = _now_ms()
                         for table in PACK_DERIVED_TABLES:
                             actions.setdefault(table, []).extend(
-                                RemoveAction(os.path.relpath(f.path, self.table_path(table)), False, stamp)
+                                RemoveAction(self._relative(table, f.path), False, stamp)
                                 for f in snap.files.get(table, ()))
                     if derive is not None and fresh:
                         self._store(snap, fresh, derive, target_rows, staging.directory, actions, written, report)
@@ -957,7 +1310,7 @@ class Warehouse:
                                                    actions.get("profiles", []), operation="compact", lists=lists)
                 except BaseException:
                     for path in written:
-                        path.unlink(missing_ok=True)
+                        self._delete_file(path)
                     raise
                 finally:
                     staging.discard()
@@ -967,23 +1320,30 @@ class Warehouse:
             report.vacuumed = self._vacuum(retention_hours)
             return report
 
+    def _repair_all(self, head: _Head) -> None:
+        """Remove what dead committers left in every table, before anything is packed (under the commit lock)."""
+        for table in TABLES:
+            if table != "profiles" and self._open(table).version() != head.versions[table]:
+                self._repair(table, head, self._open(table))
+                head.versions[table] = self._open(table).version()
+
     def _pack(self, plans: Mapping[str, list[list[DataFile]]], scratch: Path,
-              actions: dict[str, list[AddAction | RemoveAction]], written: list[Path], report: CompactReport) -> None:
+              actions: dict[str, list[AddAction | RemoveAction]], written: list[str], report: CompactReport) -> None:
         """Write each group of small files as one file: the remove and add actions that replace them."""
         for table, groups in plans.items():
             for group in groups:
                 target = scratch / f"{table}-{uuid.uuid4().hex}.parquet"
-                written.append(target)
+                written.append(str(target))
                 rows = self._write_pack_file(table, target, group, scratch)
                 if rows != sum(f.rows for f in group):  # nothing lost or doubled
                     raise WarehouseError(f"{self.root}: compaction wrote {rows} {table} rows for "
                                          f"{sum(f.rows for f in group)}; nothing published")
                 stamp = _now_ms()
                 actions.setdefault(table, []).extend(
-                    RemoveAction(os.path.relpath(f.path, self.table_path(table)), False, stamp) for f in group)
+                    RemoveAction(self._relative(table, f.path), False, stamp) for f in group)
                 add = self._add(table, target, rows, min(f.first or "" for f in group),
                                 max(f.last or "" for f in group), data_change=False)
-                written.append(self.table_path(table) / add.path)
+                written.append(self._file_path(table, add.path))
                 actions[table].append(add)
                 report.rows[table] = report.rows.get(table, 0) + rows
                 report.files_written += 1
@@ -991,16 +1351,16 @@ class Warehouse:
 
     def _store(self, snap: Snapshot, fresh: Sequence[str], derive: Derive,
                target_rows: int, scratch: Path, actions: dict[str, list[AddAction | RemoveAction]],
-               written: list[Path], report: CompactReport) -> None:
+               written: list[str], report: CompactReport) -> None:
         """Files of the stored tables' rows for the ``fresh`` profiles: their add actions."""
         for table, parts in self._derive(snap, fresh, derive, target_rows).items():
             for rows in parts:
                 target = scratch / f"{table}-{uuid.uuid4().hex}.parquet"
-                written.append(target)
+                written.append(str(target))
                 pq.write_table(rows, target, compression="zstd", row_group_size=ROW_GROUP_ROWS)
                 ids = rows.column(PARTITION_COLUMN).to_pylist()
                 add = self._add(table, target, rows.num_rows, min(ids), max(ids))
-                written.append(self.table_path(table) / add.path)
+                written.append(self._file_path(table, add.path))
                 actions.setdefault(table, []).append(add)
                 report.rows[table] = report.rows.get(table, 0) + rows.num_rows
                 report.files_written += 1
@@ -1008,7 +1368,7 @@ class Warehouse:
     def _pinned_snapshot(self, head: _Head) -> Snapshot:
         files = {t: self._data_files(self._open(t, head.version if t == "profiles" else head.versions[t])) for t in TABLES}
         ids = tuple(sorted(head.ids))
-        return Snapshot(str(self.root), head.version, ids, files, universe=ids)
+        return Snapshot(self.location, head.version, ids, files, universe=ids, storage_options=self.storage_options)
 
     @staticmethod
     def _plan(files: Sequence[DataFile], target_rows: int) -> list[list[DataFile]]:
@@ -1044,7 +1404,7 @@ class Warehouse:
         """Rows of the files of ``group``, sorted by profile and kept in their order within it, to one file."""
         paths = [f.path for f in group]
         # The file layout to keep: that of an input (so Polars sees the same types), profile_id first.
-        first = pq.read_schema(paths[0])
+        first = self._read_schema(paths[0])
         # Nullable: a column that some inputs lack (written by another version) reads as nulls.
         fields = [f.with_nullable(True) for f in first]
         fields += [f for f in file_schema(table) if f.name not in first.names]
@@ -1053,6 +1413,8 @@ class Warehouse:
         from xprosql._duckdb import connect  # only compaction sorts with DuckDB: readers of the log need none
 
         with connect(config={"threads": 2, "memory_limit": "2GB"}) as con:
+            if self._fs() is not None:  # DuckDB reads object storage through fsspec, each file whole
+                con.register_filesystem(data_filesystem(self.location, self.storage_options, keep=False))
             con.execute(f"SET temp_directory = {_sql_str(str(scratch / 'duckdb_tmp'))}")
             query = (f"SELECT * EXCLUDE (file_row_number) FROM read_parquet({_sql_list(paths)}, hive_partitioning = false, "
                      f"union_by_name = true, file_row_number = true) ORDER BY {PARTITION_COLUMN}, file_row_number")
@@ -1081,7 +1443,7 @@ class Warehouse:
         """Delete the files no latest version references, unreferenced for ``retention_hours`` (under the lock)."""
         deleted = 0
         for table in TABLES:
-            if (self.table_path(table) / _LOG).is_dir():
+            if self._has_table(table):
                 deleted += len(self._open(table).vacuum(retention_hours=int(retention_hours), dry_run=False,
                                                         enforce_retention_duration=False, full=True))
         return deleted
@@ -1132,12 +1494,338 @@ class Warehouse:
         return 1
 
 
+# Rounds of an optimistic commit before it gives up: each round is lost only to a writer that committed meanwhile.
+_MAX_ROUNDS = 64
+# Object-storage warehouses whose tables this process has seen exist.
+_CREATED: set[str] = set()
+
+
+class _Superseded(Exception):
+    """Another compaction committed while this one worked: nothing of this one is published."""
+
+
+class RemoteWarehouse(Warehouse):
+    """A warehouse on object storage (``s3://``, ``gs://``, ``az://``, ...): the same Delta tables, committed without a
+    lock (see "Object storage" in the module docstring).
+
+    Every commit is optimistic. A round reads the head (the latest ``profiles`` version and its pins), drops the
+    profiles it already holds, and commits each data table it touches at exactly the version after that table's
+    latest (a conditional put: delta-rs with no retries), that entry holding the pinned files plus its own: files
+    that others added since the pin (a writer in flight, or a dead one) are removed from it, pinned files that
+    another removed are added back, so the entry is exact whatever others did. The round ends with the ``profiles``
+    commit at exactly the head's version + 1, pinning those entries: a compare-and-swap that only one writer wins.
+    A loser starts a new round from the new head (its uploaded files are reused), so a race on the same content
+    ends with one copy. A writer killed anywhere leaves entries no pin names and files no entry names: readers never
+    see them, the next commit to the table drops them, vacuum deletes the files.
+
+    Staging folders are local (the system's temporary folder); the data files are uploaded into the tables' folders.
+    """
+
+    def __init__(self, root: str | os.PathLike[str], *, storage_options: Mapping[str, str] | None = None) -> None:
+        self.uri = os.fspath(root).rstrip("/")
+        self.root = Path(_strip_scheme(self.uri))  # named in messages only: nothing local is read through it
+        self.storage_options = dict(storage_options) if storage_options else None
+
+    @property
+    def location(self) -> str:
+        return self.uri
+
+    def table_uri(self, table: str) -> str:
+        return f"{self.uri}/{table}"
+
+    def _fs(self) -> Any:
+        return filesystem(self.uri, self.storage_options)
+
+    def _open(self, table: str, version: int | None = None) -> DeltaTable:
+        return DeltaTable(self.table_uri(table), version=version, storage_options=self.storage_options)
+
+    def _log_names(self, table: str) -> list[str]:
+        try:
+            return [n.rsplit("/", 1)[-1] for n in self._fs().ls(f"{self.table_uri(table)}/{_LOG}", detail=False)]
+        except FileNotFoundError:
+            return []
+
+    def _has_table(self, table: str) -> bool:
+        return bool(self._log_names(table))
+
+    def is_warehouse(self) -> bool:
+        return self._has_table("profiles")
+
+    def remove_if_empty(self) -> None:
+        """Nothing to remove: the tables are made by the first commit, and staging is local."""
+
+    def is_older_format(self) -> bool:
+        return False
+
+    def check_readable(self) -> None:
+        if not self.is_warehouse():
+            raise WarehouseError(f"{self.uri}: not an xprosql warehouse (no profiles/ Delta table); ingest into it first")
+
+    def create(self) -> None:
+        if self.uri in _CREATED:  # a listing per table: once a process
+            return
+        with ThreadPoolExecutor(_LOAD_THREADS) as pool:
+            missing = [t for t, has in zip(TABLES, pool.map(self._has_table, TABLES), strict=True) if not has]
+            list(pool.map(self._create_table, missing))
+        _CREATED.add(self.uri)
+
+    def _create_table(self, table: str) -> None:
+        try:
+            DeltaTable.create(self.table_uri(table), schema=file_schema(table), mode="ignore",
+                              configuration={"delta.checkpointInterval": _CHECKPOINT_INTERVAL},
+                              storage_options=self.storage_options)
+        except Exception as exc:  # another writer created it this instant
+            if not self._has_table(table):
+                raise WarehouseError(f"{self.table_uri(table)}: cannot create its Delta table: {exc}") from exc
+
+    def _log_entry(self, table: str, version: int) -> str | None:
+        try:
+            return bytes(self._fs().cat_file(f"{self.table_uri(table)}/{_LOG}/{version:020d}.json")).decode()
+        except FileNotFoundError:
+            return None
+
+    def _has_log_entry(self, table: str, version: int) -> bool:
+        return bool(self._fs().exists(f"{self.table_uri(table)}/{_LOG}/{version:020d}.json"))
+
+    def _latest(self, table: str) -> int:
+        entries = [int(n[:20]) for n in self._log_names(table) if len(n) == 25 and n.endswith(".json") and n[:20].isdigit()]
+        if not entries:
+            raise WarehouseError(f"{self.table_uri(table)}: a Delta log without a commit")
+        return max(entries)
+
+    def _table_key(self, table: str) -> str:
+        return self.table_uri(table)
+
+    def _relative(self, table: str, path: str) -> str:
+        prefix = self.table_uri(table) + "/"
+        return path[len(prefix):] if path.startswith(prefix) else path
+
+    def _file_path(self, table: str, name: str) -> str:
+        return f"{self.table_uri(table)}/{name}"
+
+    def _delete_file(self, path: str) -> None:
+        if not is_uri(path):
+            Path(path).unlink(missing_ok=True)
+            return
+        with suppress(OSError):  # already gone; else vacuum deletes it later
+            self._fs().rm_file(path)
+
+    def _read_schema(self, path: str) -> pa.Schema:
+        with self._fs().open(path, "rb") as handle:
+            return pq.read_schema(handle)
+
+    def _meta(self) -> Path:
+        """Staging is local: the system's temporary folder (a dead writer's folders go with the next cleanup)."""
+        return Path(tempfile.gettempdir()) / "xprosql-staging"
+
+    @contextmanager
+    def _locked(self, *, blocking: bool = True) -> Iterator[bool]:
+        yield True  # no lock: every commit is a compare-and-swap (_optimistic)
+
+    def _repair_all(self, head: _Head) -> None:
+        """Nothing: a commit drops what dead writers left in the tables it touches (:meth:`_restore`)."""
+
+    def collect_garbage(self) -> int:
+        return self._collect_staging()
+
+    def _add(self, table: str, source: Path, rows: int, first: str, last: str, *, data_change: bool = True) -> AddAction:
+        """Upload ``source`` into ``table``'s folder under a fresh name, then delete it; its add action."""
+        name = f"{_TABLE_FILE_PREFIX}{uuid.uuid4().hex}.parquet"
+        size = os.path.getsize(source)
+        self._fs().put_file(str(source), self._file_path(table, name))
+        os.unlink(source)
+        return AddAction(name, size, {}, _now_ms(), data_change, _stats(rows, first, last))
+
+    def place(self, staged: StagedProfile) -> PlacedProfile:
+        """Upload a staged profile's files into its tables' folders at once (the tables are made by the commit)."""
+        try:
+            staged.finish()
+            tables = [t for t in TABLES if staged.rows[t]]
+            names = {t: f"{_TABLE_FILE_PREFIX}{uuid.uuid4().hex}.parquet" for t in tables}
+            sources = [str(staged.file(t)) for t in tables]
+            sizes = [os.path.getsize(source) for source in sources]
+            self._fs().put(sources, [self._file_path(t, names[t]) for t in tables])
+            stamp = _now_ms()
+            adds = {t: AddAction(names[t], size, {}, stamp, True, _stats(staged.rows[t], staged.profile_id, staged.profile_id))
+                    for t, size in zip(tables, sizes, strict=True)}
+        finally:
+            staged.discard()
+        return PlacedProfile(staged.profile_id, adds)
+
+    def commit(self, staged: Sequence[StagedProfile]) -> list[bool]:
+        placed: list[PlacedProfile] = []
+        try:
+            for item in staged:
+                placed.append(self.place(item))
+        finally:
+            for item in staged:
+                item.discard()
+        return self.commit_placed(placed)
+
+    def commit_placed(self, placed: Sequence[PlacedProfile]) -> list[bool]:
+        self.create()
+        kept: list[bool] = [False] * len(placed)
+
+        def plan(head: _Head) -> _Plan | None:
+            kept[:] = _first_new(placed, head.ids)
+            if not any(kept):
+                return None
+            adds = _adds_of(placed, kept)
+            return {t: a for t, a in adds.items() if t != "profiles"}, adds.get("profiles", []), None
+
+        self._optimistic(plan, operation="ingest")
+        self._drop_placed([p for p, k in zip(placed, kept, strict=True) if not k])
+        return kept
+
+    def compact(
+        self,
+        *,
+        target_rows: int = PACK_TARGET_ROWS,
+        min_profiles: int = 2,
+        wait: bool = True,
+        derive: Derive | None = None,
+        retention_hours: float = VACUUM_RETENTION_HOURS,
+    ) -> CompactReport | None:
+        """:meth:`Warehouse.compact`; None also when another compaction committed while this one worked (nothing of
+        this one is kept: the next finds less to do). ``wait`` has nothing to wait for: there is no lock."""
+        try:
+            return super().compact(target_rows=target_rows, min_profiles=min_profiles, wait=wait, derive=derive,
+                                   retention_hours=retention_hours)
+        except _Superseded:
+            return None
+
+    def _publish(self, head: _Head, tables: Mapping[str, Sequence[AddAction | RemoveAction]],
+                 profiles: Sequence[AddAction | RemoveAction], *, operation: str,
+                 lists: Mapping[str, Any] | None = None) -> int:
+        def plan(now: _Head) -> _Plan:
+            # Ingests since the head only added profiles, which a compaction's actions leave alone; another
+            # compaction may have packed or stored the same files.
+            if lists is not None and now.lists_at != head.lists_at:
+                raise _Superseded(f"{self.uri}: another compaction committed first")
+            return tables, profiles, lists
+
+        version = self._optimistic(plan, operation=operation, head=head)
+        assert version is not None
+        return version
+
+    def _optimistic(self, plan: Callable[[_Head], _Plan | None], *, operation: str, head: _Head | None = None) -> int | None:
+        """Commit what ``plan`` makes of the head, in rounds until a round's ``profiles`` commit wins; its version
+        (None when ``plan`` found nothing to commit)."""
+        touched: set[str] = set()
+        for round_ in range(_MAX_ROUNDS):
+            now = head if round_ == 0 and head is not None else self._head()
+            planned = plan(now)
+            if planned is None:
+                self._settle(touched, now)
+                return None
+            tables, profiles, lists = planned
+            versions = dict(now.versions)
+            with ThreadPoolExecutor(_LOAD_THREADS) as pool:  # delta-rs commits outside the GIL
+                done = {t: pool.submit(self._commit_table, t, tables[t], now.versions[t], operation) for t in tables}
+                versions.update({t: future.result() for t, future in done.items()})
+            touched.update(tables)
+            info: dict[str, Any] = {"versions": versions, "lists_at": now.lists_at}
+            if lists is not None:
+                info.update(lists, lists_at=now.version + 1)
+            delta = self._open("profiles", now.version)
+            try:
+                delta.create_write_transaction(list(profiles), "append", delta.schema(),
+                                               commit_properties=_props(operation, info, retries=0))
+            except CommitFailedError:  # another writer's profiles commit came first: a new round from its head
+                time.sleep(random.uniform(0, min(1.0, 0.01 * 2 ** round_)))
+                continue
+            return now.version + 1
+        raise WarehouseError(f"{self.uri}: no commit after {_MAX_ROUNDS} rounds lost to other writers; try again")
+
+    def _commit_table(self, table: str, actions: Sequence[AddAction | RemoveAction], pin: int, operation: str) -> int:
+        """Commit ``actions`` to ``table`` at the version after its latest, in an entry that holds exactly the files
+        of version ``pin`` plus those of ``actions``; that version."""
+        own = {a.path for a in actions}
+        for _ in range(_MAX_ROUNDS):
+            latest = self._open(table)
+            if actions:
+                self._evolve(table, latest)
+            at = latest.version()
+            fix = [] if at == pin else self._restore(table, pin, latest, own)
+            if not fix and not actions:
+                return at
+            try:
+                latest.create_write_transaction([*fix, *actions], "append", latest.schema(),
+                                                commit_properties=_props(operation, retries=0))
+            except CommitFailedError:  # another writer took that version: again over the new latest
+                time.sleep(random.uniform(0, 0.05))
+                continue
+            return at + 1
+        raise WarehouseError(f"{self.table_uri(table)}: no commit after {_MAX_ROUNDS} rounds lost to other writers")
+
+    def _restore(self, table: str, pin: int, latest: DeltaTable, own: set[str]) -> list[AddAction | RemoveAction]:
+        """The actions that turn ``table``'s latest files back into those of version ``pin`` (leaving ``own``'s paths
+        to the caller's actions)."""
+        want = {self._relative(table, f.path): f for f in self._files_at(table, pin)}
+        have = {self._relative(table, f.path) for f in self._data_files(latest)}
+        stamp = _now_ms()
+        fix: list[AddAction | RemoveAction] = [RemoveAction(path, True, stamp) for path in sorted(have - want.keys() - own)]
+        fix += [AddAction(path, f.size, {}, stamp, True, _stats(f.rows, f.first, f.last))
+                for path, f in sorted(want.items()) if path not in have and path not in own]
+        return fix
+
+    def _settle(self, tables: Iterable[str], head: _Head) -> None:
+        """Put the latest entries of ``tables`` back to ``head``'s pins (what a writer whose profiles all turned out
+        present had added); best effort: the next commit to a table does it too."""
+        for table in tables:
+            with suppress(Exception):
+                self._commit_table(table, [], head.versions[table], "restore")
+
+    def _vacuum(self, retention_hours: float) -> int:
+        """Vacuum every table, keeping the files of the versions the head pins whatever the latest entries hold."""
+        head = self._head()
+        deleted = 0
+        for table in TABLES:
+            if self._has_table(table):
+                pin = head.version if table == "profiles" else head.versions[table]
+                deleted += len(self._open(table).vacuum(retention_hours=int(retention_hours), dry_run=False,
+                                                        enforce_retention_duration=False, full=True, keep_versions=[pin]))
+        return deleted
+
+
+# What a round of an optimistic commit commits: each data table's actions, those of ``profiles``, and the lists of a
+# compaction (None for an ingest).
+_Plan = tuple[Mapping[str, Sequence[AddAction | RemoveAction]], Sequence[AddAction | RemoveAction], Mapping[str, Any] | None]
+
+
 def _local_path(uri: str) -> str:
     from urllib.parse import unquote, urlparse
 
     return unquote(urlparse(uri).path) if uri.startswith("file:") else uri
 
 
-def _props(operation: str, info: Mapping[str, Any] | None = None) -> CommitProperties:
-    """Commit properties naming the xprosql operation (and, on ``profiles``, carrying the pins)."""
-    return CommitProperties(custom_metadata={"xprosql": dict(info or {}, operation=operation)}, max_commit_retries=20)
+def _props(operation: str, info: Mapping[str, Any] | None = None, *, retries: int = 20) -> CommitProperties:
+    """Commit properties naming the xprosql operation (and, on ``profiles``, carrying the pins). ``retries`` 0: the
+    commit takes the version after the one its table was loaded at, or fails (a compare-and-swap)."""
+    return CommitProperties(custom_metadata={"xprosql": dict(info or {}, operation=operation)}, max_commit_retries=retries)
+
+
+def _stats(rows: int, first: str | None, last: str | None) -> str:
+    """A data file's statistics as its add action carries them: rows, and the range of ``profile_id``."""
+    return json.dumps({"numRecords": rows, "minValues": {PARTITION_COLUMN: first}, "maxValues": {PARTITION_COLUMN: last},
+                       "nullCount": {PARTITION_COLUMN: 0}})
+
+
+def _first_new(placed: Sequence[PlacedProfile], present: Iterable[str]) -> list[bool]:
+    """Per placed profile, whether to commit it: not ``present``, and the first of its content in ``placed``."""
+    seen = set(present)
+    kept = []
+    for item in placed:
+        kept.append(item.profile_id not in seen)
+        seen.add(item.profile_id)
+    return kept
+
+
+def _adds_of(placed: Sequence[PlacedProfile], kept: Sequence[bool]) -> dict[str, list[AddAction]]:
+    adds: dict[str, list[AddAction]] = {}
+    for item, keep in zip(placed, kept, strict=True):
+        if keep:
+            for table in TABLES:
+                if table in item.adds:
+                    adds.setdefault(table, []).append(item.adds[table])
+    return adds

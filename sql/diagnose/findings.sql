@@ -2,7 +2,7 @@
 -- of every rule (sql/diagnose/<rule>.sql) at its default thresholds, the largest saving first.
 --
 -- The rules that read one profile at a time (diagnose._profile_findings, stored by compaction)
--- and those that compare profiles: a job's stragglers, a series' regressions. A union module:
+-- and those that compare profiles: a job's stragglers, a series' regressions and anomalies. A union module:
 -- each part runs on its own (xprosql.engine.library). A rule's own
 -- thresholds: run it alone (xprosql analyses diagnose.<rule>; run.diagnose(thresholds=...)).
 -- Savings of different rules may overlap (a gap can be both idle and a sync's wait): each is
@@ -32,3 +32,4 @@
 -- @include diagnose._profile_findings
 -- @include diagnose.stragglers
 -- @include diagnose.regressions
+-- @include diagnose.anomalies

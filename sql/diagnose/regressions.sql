@@ -18,6 +18,9 @@
 -- bound. Where the step time and one of its ops both moved, each is a finding (the op's names the
 -- cause, the step time's the total).
 --
+-- An op is followed across the series by its identity (fleet.regressions' op_key: op_stats.op_key), so
+-- two ops of one name are two findings; the evidence names the key.
+--
 -- One finding per series and metric that changed (profile_id: the first profile of the slower level;
 -- job, rank, device and step NULL: a series is a tag's value, not a jobs.jobs job). The baseline is
 -- the series' profile just before it (by profiles time, as fleet.regressions orders them), and the
@@ -69,12 +72,12 @@ slower AS (
     WHERE r.direction = 'slower' AND r.after_median > r.before_median
 ),
 baselines AS (
-    SELECT s.series, s.metric,
+    SELECT s.series, s.metric, s.op_key,
         arg_max(p.profile_id, (p.time_ns, p.profile_id)) AS baseline_profile_id
     FROM slower AS s
     JOIN series_profiles AS p
       ON p.series = s.series AND (p.time_ns < s.time_ns OR (p.time_ns = s.time_ns AND p.profile_id < s.first_profile_id))
-    GROUP BY s.series, s.metric
+    GROUP BY s.series, s.metric, s.op_key
 ),
 found AS (
     SELECT s.*, b.baseline_profile_id, ps.steps, ps.step_ps,
@@ -83,7 +86,7 @@ found AS (
         tb.tags['commit'] AS baseline_commit, tb.tags['run'] AS baseline_run
     FROM slower AS s
     JOIN profile_steps AS ps ON ps.profile_id = s.first_profile_id
-    LEFT JOIN baselines AS b USING (series, metric)
+    LEFT JOIN baselines AS b ON b.series = s.series AND b.metric = s.metric AND b.op_key IS NOT DISTINCT FROM s.op_key
     LEFT JOIN series_profiles AS tf ON tf.profile_id = s.first_profile_id
     LEFT JOIN series_profiles AS tb ON tb.profile_id = b.baseline_profile_id
     WHERE ps.step_ps > 0
@@ -92,7 +95,8 @@ said AS (
     SELECT *,
         saving_ps / step_ps AS share,
         CASE WHEN op IS NULL THEN 'step time' ELSE printf('op %s (%s)', op, device_kind) END AS what,
-        CASE WHEN op IS NULL THEN 'the step time' ELSE printf('the time per step of op %s on %s devices', op, device_kind) END AS what_long,
+        CASE WHEN op IS NULL THEN 'the step time'
+             ELSE printf('the time per step of op %s on %s devices (op_key %s)', op, device_kind, op_key) END AS what_long,
         concat_ws(', ', CASE WHEN first_commit IS NOT NULL THEN 'commit ' || first_commit END,
                   CASE WHEN first_run IS NOT NULL THEN 'run ' || first_run END) AS first_tags,
         concat_ws(', ', CASE WHEN baseline_commit IS NOT NULL THEN 'commit ' || baseline_commit END,

@@ -8,7 +8,10 @@
 -- list of profile ids; run.compare and xprosql compare make them from SQL predicates on
 -- profiles. A profile may sit in both cohorts. Time is op self time summed over
 -- the cohort's profiles and devices, divided by the cohort's profile count, so
--- cohorts of different sizes compare.
+-- cohorts of different sizes compare. By op, a row is one op across runs: its op_key
+-- (fleet._op_keys, op_stats.op_key: an HLO op's module fingerprint and instruction, a
+-- PyTorch op's name, shapes, dtypes and nn.Module path, a kernel's normalised name and
+-- grid), so the same op of two runs is one row and two ops of one name are two.
 --
 -- Parameters:
 --   $baseline   VARCHAR[]  profile ids of the baseline cohort (run.compare takes these or, as xprosql compare does, a SQL expression on profiles) [choices: profiles.profile_id]
@@ -22,6 +25,7 @@
 -- Columns:
 --   device_kind  VARCHAR  tpu, gpu or cpu
 --   key  VARCHAR  the op (HLO op, PyTorch op or kernel name), category or module
+--   op_key  VARCHAR  by op: the op's identity across runs (op_stats.op_key); NULL by category or module
 --   baseline_profiles  BIGINT  profiles in the baseline cohort
 --   candidate_profiles  BIGINT  profiles in the candidate cohort
 --   baseline_time_per_profile_ps  DOUBLE  self time per baseline profile, ps
@@ -40,6 +44,9 @@
 WITH roofline AS (
 -- @include ops.roofline
 ),
+op_keys AS (
+-- @include fleet._op_keys
+),
 cohorts AS (
     SELECT DISTINCT unnest(CAST($baseline AS VARCHAR[])) AS profile_id, 'baseline' AS cohort
     UNION ALL
@@ -55,15 +62,21 @@ items AS (
     SELECT
         c.cohort,
         r.device_kind,
-        CASE $by WHEN 'op' THEN r.op WHEN 'category' THEN r.category WHEN 'module' THEN r.module END AS key,
+        CASE $by WHEN 'category' THEN r.category WHEN 'module' THEN r.module END AS key,
+        NULL::VARCHAR AS op_key,
         r.self_time_ps, r.flops, r.hbm_bytes, r.occurrences
     FROM roofline AS r
     JOIN cohorts AS c USING (profile_id)
-    WHERE r.row_kind = 'op'
+    WHERE r.row_kind = 'op' AND $by <> 'op'
+    UNION ALL
+    SELECT c.cohort, o.device_kind, o.op, o.op_key, o.self_time_ps, o.flops, o.hbm_bytes, o.occurrences
+    FROM op_keys AS o
+    JOIN cohorts AS c USING (profile_id)
+    WHERE $by = 'op'
 ),
 per_key AS (
     SELECT
-        device_kind, key,
+        device_kind, min(key) AS key, op_key,
         sum(self_time_ps) FILTER (WHERE cohort = 'baseline') AS b_time,
         sum(self_time_ps) FILTER (WHERE cohort = 'candidate') AS c_time,
         sum(flops) FILTER (WHERE cohort = 'baseline') AS b_flops,
@@ -73,7 +86,7 @@ per_key AS (
         sum(occurrences) FILTER (WHERE cohort = 'baseline') AS b_n,
         sum(occurrences) FILTER (WHERE cohort = 'candidate') AS c_n
     FROM items
-    GROUP BY ALL
+    GROUP BY device_kind, op_key, CASE WHEN op_key IS NULL THEN key END
 ),
 totals AS (
     SELECT sum(b_time) AS b_total, sum(c_time) AS c_total FROM per_key
@@ -82,6 +95,7 @@ compared AS (
     SELECT
         k.device_kind,
         k.key,
+        k.op_key,
         s.baseline_profiles,
         s.candidate_profiles,
         coalesce(k.b_time, 0) / nullif(s.baseline_profiles, 0) AS baseline_time_per_profile_ps,
@@ -97,7 +111,7 @@ compared AS (
     FROM per_key AS k CROSS JOIN sizes AS s CROSS JOIN totals AS t
 )
 SELECT
-    device_kind, key, baseline_profiles, candidate_profiles,
+    device_kind, key, op_key, baseline_profiles, candidate_profiles,
     baseline_time_per_profile_ps, candidate_time_per_profile_ps,
     candidate_time_per_profile_ps - baseline_time_per_profile_ps AS delta_time_per_profile_ps,
     candidate_time_per_profile_ps / nullif(baseline_time_per_profile_ps, 0) AS time_ratio,
@@ -105,4 +119,4 @@ SELECT
     baseline_flop_rate, candidate_flop_rate, baseline_hbm_bandwidth, candidate_hbm_bandwidth,
     baseline_occurrences_per_profile, candidate_occurrences_per_profile
 FROM compared
-ORDER BY abs(delta_time_per_profile_ps) DESC NULLS LAST, device_kind, key
+ORDER BY abs(delta_time_per_profile_ps) DESC NULLS LAST, device_kind, key, op_key

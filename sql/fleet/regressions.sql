@@ -2,9 +2,11 @@
 -- time, and the time per step of the longest ops, per value of a tag (a job).
 -- scope: fleet
 --
--- Built on fleet_profiles (step times) and roofline (op total times), which run
--- per share of profiles on a Dask cluster; this query runs on their rows. An op's
--- time is its total time, nested ops included: a slower op that comes to overlap
+-- Built on fleet_profiles (step times) and fleet._op_keys (op total times, per op
+-- across runs: op_stats.op_key), which run per share of profiles on a Dask cluster;
+-- this query runs on their rows. An op is followed by its op_key, so the same op of
+-- two runs is one series and two ops of one name (other shapes, modules, grids) are
+-- two. An op's time is its total time, nested ops included: a slower op that comes to overlap
 -- the ops after it (a TPU copy-done whose transfer grew) hands them its self time,
 -- so its self time falls as it gets slower (the corpus's injected TPU regressions:
 -- self time -74%, total time +30%).
@@ -37,11 +39,12 @@
 --   change  DOUBLE  after_median / before_median - 1
 --   direction  VARCHAR  slower or faster
 --   points  BIGINT  profiles in the series
+--   op_key  VARCHAR  the op's identity across runs (op_stats.op_key) of an op metric; NULL for step_time_ps
 WITH fleet_profiles AS (
 -- @include fleet.profile_summary
 ),
-roofline AS (
--- @include ops.roofline
+op_keys AS (
+-- @include fleet._op_keys
 ),
 profile_points AS (
     SELECT profile_id, any_value(host) AS host, any_value(tags)[$tag] AS series, any_value(time_ns) AS time_ns,
@@ -51,27 +54,27 @@ profile_points AS (
     HAVING series IS NOT NULL
 ),
 op_points AS (
-    SELECT pp.series, pp.profile_id, pp.host, pp.time_ns, r.device_kind || ':' || r.op AS op,
-           sum(r.total_time_ps) / greatest(pp.steps, 1) AS value
-    FROM roofline AS r JOIN profile_points AS pp USING (profile_id)
-    WHERE r.row_kind = 'op' AND r.op IS NOT NULL
-    GROUP BY pp.series, pp.profile_id, pp.host, pp.time_ns, pp.steps, r.device_kind, r.op
+    SELECT pp.series, pp.profile_id, pp.host, pp.time_ns, o.device_kind || ':' || o.op AS op, o.op_key,
+           CAST(o.total_time_ps AS DOUBLE) / greatest(pp.steps, 1) AS value
+    FROM op_keys AS o JOIN profile_points AS pp USING (profile_id)
+    WHERE o.op IS NOT NULL
 ),
 top_ops AS (
-    SELECT series, op FROM (SELECT series, op, sum(value) AS total FROM op_points GROUP BY series, op)
-    QUALIFY row_number() OVER (PARTITION BY series ORDER BY total DESC, op) <= $top
+    SELECT series, op_key FROM (SELECT series, op_key, min(op) AS op, sum(value) AS total FROM op_points GROUP BY series, op_key)
+    QUALIFY row_number() OVER (PARTITION BY series ORDER BY total DESC, op, op_key) <= $top
 ),
 points AS (
-    SELECT series, profile_id, host, time_ns, 'step_time_ps' AS metric, CAST(step_time_ps AS DOUBLE) AS value
+    SELECT series, profile_id, host, time_ns, 'step_time_ps' AS metric, NULL::VARCHAR AS op_key,
+        CAST(step_time_ps AS DOUBLE) AS value
     FROM profile_points WHERE step_time_ps IS NOT NULL
     UNION ALL
-    SELECT o.series, o.profile_id, o.host, o.time_ns, 'op_time_per_step_ps:' || o.op, CAST(o.value AS DOUBLE)
-    FROM op_points AS o SEMI JOIN top_ops AS t USING (series, op)
+    SELECT o.series, o.profile_id, o.host, o.time_ns, 'op_time_per_step_ps:' || o.op, o.op_key, CAST(o.value AS DOUBLE)
+    FROM op_points AS o SEMI JOIN top_ops AS t USING (series, op_key)
 ),
 windows AS (
     SELECT
         *,
-        count(*) OVER (PARTITION BY series, metric) AS points,
+        count(*) OVER (PARTITION BY series, metric, op_key) AS points,
         count(value) OVER before AS n_before,
         median(value) OVER before AS before_median,
         mad(value) OVER before AS before_mad,
@@ -81,8 +84,8 @@ windows AS (
         avg(value) OVER after AS after_mean
     FROM points
     WINDOW
-        before AS (PARTITION BY series, metric ORDER BY time_ns, profile_id ROWS BETWEEN $window PRECEDING AND 1 PRECEDING),
-        after AS (PARTITION BY series, metric ORDER BY time_ns, profile_id ROWS BETWEEN CURRENT ROW AND $window - 1 FOLLOWING)
+        before AS (PARTITION BY series, metric, op_key ORDER BY time_ns, profile_id ROWS BETWEEN $window PRECEDING AND 1 PRECEDING),
+        after AS (PARTITION BY series, metric, op_key ORDER BY time_ns, profile_id ROWS BETWEEN CURRENT ROW AND $window - 1 FOLLOWING)
 ),
 flagged AS (
     SELECT
@@ -96,9 +99,9 @@ runs AS (
     SELECT
         *,
         sum(CAST(is_change AND NOT coalesce(previous_change, false) AS INTEGER))
-            OVER (PARTITION BY series, metric ORDER BY time_ns, profile_id ROWS UNBOUNDED PRECEDING) AS run_id
+            OVER (PARTITION BY series, metric, op_key ORDER BY time_ns, profile_id ROWS UNBOUNDED PRECEDING) AS run_id
     FROM (
-        SELECT *, lag(is_change) OVER (PARTITION BY series, metric ORDER BY time_ns, profile_id) AS previous_change
+        SELECT *, lag(is_change) OVER (PARTITION BY series, metric, op_key ORDER BY time_ns, profile_id) AS previous_change
         FROM flagged
     )
 )
@@ -112,11 +115,12 @@ SELECT
     after_median,
     after_median / before_median - 1 AS change,
     CASE WHEN after_median > before_median THEN 'slower' ELSE 'faster' END AS direction,
-    points
+    points,
+    op_key
 FROM runs
 WHERE is_change
 QUALIFY row_number() OVER (
-    PARTITION BY series, metric, run_id
+    PARTITION BY series, metric, op_key, run_id
     ORDER BY abs(after_median - before_median) DESC, abs(after_mean - before_mean) DESC, time_ns, profile_id
 ) = 1
-ORDER BY series, metric = 'step_time_ps' DESC, metric, time_ns
+ORDER BY series, metric = 'step_time_ps' DESC, metric, op_key, time_ns

@@ -29,7 +29,7 @@
 --   world_size  BIGINT  the job's world size: profiles.world_size, else its members
 --   members  BIGINT  profiles in the job
 --   origin_ns  BIGINT  the profile's time origin on the wall clock, ns since epoch
---   wall_offset_ps  BIGINT  origin_ns less that of the job's first member (lowest rank), signed, ps: a profile time plus this is the job's time by the wall clocks
+--   wall_offset_ps  BIGINT  origin_ns less that of the job's first member (lowest rank), signed, ps: a profile time plus this is the job's time by the wall clocks; NULL when more than ~106 days apart (clocks of no one job)
 WITH base AS (
     SELECT p.profile_id, p.source_path, p.host, p.rank, p.world_size, p.format,
         regexp_replace(p.source_path, '/[^/]*$', '') AS folder,
@@ -86,6 +86,8 @@ named AS (
 )
 SELECT *,
     -- The job clock is its first member's (lowest rank): its profile time 0 is job time 0.
-    (origin_ns - arg_min(origin_ns, (rank, profile_id)) OVER (PARTITION BY job_id)) * 1000 AS wall_offset_ps
+    -- Members more than ~106 days apart (BIGINT ps) are on clocks of no one job: NULL, not an overflow.
+    TRY_CAST((origin_ns - arg_min(origin_ns, (rank, profile_id)) OVER (PARTITION BY job_id))::HUGEINT * 1000 AS BIGINT)
+        AS wall_offset_ps
 FROM named
 ORDER BY job_id, rank, profile_id

@@ -3,7 +3,8 @@
 --
 -- Names: `user_annotation` events (record_function, ProfilerStep#N, Optimizer.step#SGD.step)
 -- and the `python_function` events PyTorch writes for nn.Module forwards ("nn.Module: Linear_0",
--- with_modules=True; they need the Python tracer, i.e. with_stack=True). A module's path
+-- with_modules=True; they need the Python tracer, i.e. with_stack=True), and the NVTX ranges of an
+-- xprosql.cupti recording (category nvtx: a range on the thread that opened it). A module's path
 -- component is its name without "nn.Module: "; ProfilerStep#N is the component ProfilerStep
 -- and gives the step of everything inside it. Names nest by timespan on their thread
 -- (ops._nesting, among names only: a name's parent is the nearest name around it); the path
@@ -16,7 +17,8 @@
 -- op call is counted twice. A GPU kernel, copy or memset belongs to the name of the API call
 -- that launched it (same correlation id; the launch nearest before it should a trace repeat an
 -- id, as torch._framework_op_kernels), whether or not an op is around that call (a Triton or
--- graph launch). Inclusive values sum a call's own and those of the calls inside it.
+-- graph launch; in a profile without ops, an xprosql.cupti recording, every API call on the name's
+-- thread). Inclusive values sum a call's own and those of the calls inside it.
 -- A gpu_user_annotation is the GPU-side extent of the record_function of the same External id.
 -- Limits: names on one thread explain only that thread's work (backward ops on autograd's
 -- threads belong to no module); a name opened inside an op (a module run inside a custom
@@ -29,7 +31,7 @@
 --   track_id  INTEGER  tracks.track_id of the thread
 --   parent_id  BIGINT  events.event_id of the call of the name around it; NULL for a root
 --   ancestor_ids  BIGINT[]  the calls from the root down to this one, itself last
---   source  VARCHAR  step (ProfilerStep#N), annotation (record_function) or module (nn.Module)
+--   source  VARCHAR  step (ProfilerStep#N), annotation (record_function), module (nn.Module) or nvtx (an NVTX range)
 --   name  VARCHAR  the event's name as recorded
 --   component  VARCHAR  its path component: the module name without "nn.Module: ", ProfilerStep for ProfilerStep#N
 --   path  VARCHAR  components from the root down, joined with '/'
@@ -54,6 +56,7 @@ WITH name_events AS MATERIALIZED (
         e.profile_id, e.event_id, e.device_id, e.track_id, e.start_ps, e.dur_ps,
         CAST(e.name AS VARCHAR) AS name,
         CASE WHEN e.category = 'python_function' THEN 'module'
+             WHEN e.category = 'nvtx' THEN 'nvtx'
              WHEN regexp_matches(e.name, '^ProfilerStep#[0-9]+$') THEN 'step'
              ELSE 'annotation' END AS source,
         CASE WHEN e.category = 'python_function' THEN substr(e.name, length('nn.Module: ') + 1)
@@ -63,7 +66,7 @@ WITH name_events AS MATERIALIZED (
              THEN TRY_CAST(regexp_extract(e.name, '#([0-9]+)$', 1) AS BIGINT) END AS own_step
     FROM events AS e
     WHERE e.start_ps IS NOT NULL AND e.dur_ps IS NOT NULL
-      AND (e.category = 'user_annotation' OR (e.category = 'python_function' AND starts_with(e.name, 'nn.Module: ')))
+      AND (e.category IN ('user_annotation', 'nvtx') OR (e.category = 'python_function' AND starts_with(e.name, 'nn.Module: ')))
 ),
 nesting_events AS (
     SELECT profile_id, track_id, event_id, start_ps, dur_ps FROM name_events
@@ -109,6 +112,12 @@ items AS (
         t.flops, t.bytes_accessed
     FROM tree AS t
     SEMI JOIN (SELECT DISTINCT profile_id, track_id FROM name_events) AS n USING (profile_id, track_id)
+    UNION ALL
+    -- A profile without ops (an xprosql.cupti recording): its API calls, which the op tree leaves out.
+    SELECT a.profile_id, a.track_id, a.event_id, 'api_call', NULL, a.start_ps, a.dur_ps, NULL, NULL
+    FROM api_calls AS a
+    SEMI JOIN (SELECT DISTINCT profile_id, track_id FROM name_events) AS n USING (profile_id, track_id)
+    WHERE a.start_ps IS NOT NULL AND a.profile_id NOT IN (SELECT profile_id FROM tree)
 ),
 -- The innermost name open when each item starts: ends before starts at one instant (deeper ends
 -- first), starts outer first, items last.

@@ -6,7 +6,8 @@
 -- ProfilerStep#N is the path's ProfilerStep and gives the step. Sources: `user_annotation` events
 -- (record_function, source annotation; ProfilerStep#N, source step) and the `python_function`
 -- events "nn.Module: <Class>_<i>" of with_modules=True (source module; PyTorch writes them with
--- the Python tracer, with_stack=True), nested by time on their thread; a `gpu_user_annotation`
+-- the Python tracer, with_stack=True), and the NVTX ranges of xprosql.cupti recordings (source nvtx),
+-- nested by time on their thread; a `gpu_user_annotation`
 -- adds its GPU-side extent to the record_function of the same External id. With $by_step one row
 -- per (node, step), else one per node summed over its steps. Inclusive values hold the names
 -- inside; self values what is not in a name inside.
@@ -20,7 +21,7 @@
 -- kind that time was spent on (gpu, else cpu: give $peak_flops_per_s and $peak_hbm_bytes_per_s
 -- for a CPU).
 --
--- Needs: PyTorch (Kineto) traces with user_annotation or nn.Module python_function events
+-- Needs: PyTorch (Kineto) traces with user_annotation or nn.Module python_function events, or xprosql.cupti recordings with NVTX ranges
 --
 -- Parameters:
 --   $by_step  BOOLEAN  one row per (node, step); false: one row per node, summed over the steps (default: false)
@@ -34,7 +35,7 @@
 --   path  VARCHAR  the node: its names from the root down joined with '/', e.g. ProfilerStep/forward/Model_0/Block_0
 --   name  VARCHAR  the node's own name (the path's last component)
 --   parent_path  VARCHAR  the path of the node around it; NULL for a root
---   source  VARCHAR  step (ProfilerStep#N), annotation (record_function) or module (nn.Module)
+--   source  VARCHAR  step (ProfilerStep#N), annotation (record_function), module (nn.Module) or nvtx (an NVTX range of a CUPTI recording)
 --   depth  BIGINT  names around it (0: a root)
 --   step  BIGINT  the step (N of ProfilerStep#N); NULL outside steps and on rows summed over steps
 --   steps  BIGINT  steps the row's calls ran in

@@ -10,8 +10,13 @@
 -- it on the same line (nesting by timespan).
 --
 -- Cost data: an op's flops / bytes_accessed stats (TPU and XLA GPU profiles),
--- else the costs xprosql derives from the embedded HLO (hlo_ops.derived_*),
--- else none (cost_source NULL).
+-- else the costs xprosql derives from the embedded HLO (hlo_ops.derived_*, with
+-- hlo_ops.derived_cost_source: XLA's rules, or for custom calls and Triton GEMM
+-- fusions a kernel's declared cost_estimate, 2·M·N·K, a library formula, or operand
+-- bytes only), else none (cost_source NULL). On a GPU one HLO op can launch several
+-- kernels (a fused-attention custom call's, a cuDNN convolution's im2col and GEMM):
+-- its derived costs count once per execution, with the first kernel of each run of
+-- consecutive kernels of the op on its stream.
 --
 -- PyTorch (Kineto) traces: each GPU kernel, copy and memset counts for the PyTorch op
 -- it belongs to (framework_op_kernels: the nearest op around its launch with costs of
@@ -32,6 +37,14 @@
 -- copy-start / copy-done; send and recv start without a suffix) move during the
 -- window from the start op's start to the done op's end (async_window_ps).
 --
+-- One op across runs (op_key, what the fleet analyses join on): an HLO op is its module's fingerprint
+-- (a hash of the module's instructions: the same program compiled again has the same one) and its
+-- instruction name, else (no HLO proto) its module and instruction name; a PyTorch op is its name,
+-- input shapes, dtypes and the nn.Module path around its call; any other GPU activity is its name
+-- normalised by xprosql_kernel_name (parameter list, addresses, a Triton or XLA fusion's instance
+-- number dropped) and its grid. Rows are per key, so a PyTorch op called in two modules, or a kernel
+-- launched with two grids, has a row for each.
+--
 -- Parameters:
 --
 -- Columns:
@@ -45,7 +58,7 @@
 --   precision  VARCHAR  a PyTorch op's dtype class (fp8, bf16, fp16, fp32, ...): which FLOP/s roof applies
 --   module  VARCHAR  HLO module name, when known
 --   category  VARCHAR  HLO category from the profile, else the HLO opcode; Kineto: cpu_op for PyTorch ops, else the event's cat (kernel, gpu_memcpy, ...)
---   cost_source  VARCHAR  where flops and bytes came from: profile (op stats), hlo (hlo_ops.derived_*), trace or shapes (PyTorch: the trace's flops arg, the shape rules) or NULL (none)
+--   cost_source  VARCHAR  where flops and bytes came from: profile (op stats); derived from the HLO (hlo_ops.derived_cost_source): hlo, declared, triton_gemm, library, operand_bytes; PyTorch (torch._op_tree): declared, trace, shapes, operand_bytes; or NULL (none)
 --   occurrences  BIGINT  executions
 --   total_time_ps  BIGINT  time including nested ops, ps
 --   self_time_ps  BIGINT  total_time_ps minus nested ops' time, ps
@@ -63,6 +76,9 @@
 --   device_start_ps  BIGINT  the device's first op start (the same on every row of the device), ps
 --   device_end_ps  BIGINT  the device's last op end, ps
 --   device_time_ps  BIGINT  the device's time: first op start to last op end of each of its XLA devices, summed (the same on every row of the device), ps
+--   op_key  VARCHAR  the op's identity across runs (xprosql_op_key: 16 hex digits of the MD5 of op_key_source, the op, its shapes and dtypes, op_key_context); one op can have several rows per device (its calls in other modules, other grids)
+--   op_key_source  VARCHAR  what the key is made of: hlo (HLO module fingerprint + instruction name), hlo_name (module name + instruction name: no HLO proto in the profile), torch (op, input shapes, dtypes, nn.Module path), kernel (kernel name normalised, grid)
+--   op_key_context  VARCHAR  the key's part beyond the op's name, shapes and dtypes: the HLO module fingerprint (16 hex digits of the MD5 of its instructions), the module name (hlo_name), the nn.Module path of a PyTorch op (NULL without with_modules), or a kernel's grid x,y,z (NULL for copies and memsets)
 WITH accelerated AS (
     SELECT DISTINCT profile_id FROM devices WHERE kind IN ('tpu', 'gpu')
 ),
@@ -90,15 +106,41 @@ ordinals AS (
 -- PyTorch (Kineto) GPU activities belong to the op that launched them (framework_op_kernels, stored
 -- at ingest before this): the op's costs come with its first activity.
 torch_kernels AS (
-    SELECT profile_id, event_id, op, input_shapes, input_dtypes, precision, cost_source, first_of_call, flops, bytes_accessed
+    SELECT profile_id, event_id, op_event_id, op, input_shapes, input_dtypes, precision, cost_source, first_of_call, flops,
+        bytes_accessed
     FROM framework_op_kernels
+),
+-- The op's identity across runs (op_key): the nn.Module path around a PyTorch op's call on its thread
+-- (with_modules=True), e.g. Model_0/Block_1/Linear_0 ...
+module_events AS (
+    SELECT profile_id, track_id, event_id, start_ps, dur_ps, substr(name, length('nn.Module: ') + 1) AS module
+    FROM events
+    WHERE category = 'python_function' AND starts_with(name, 'nn.Module: ') AND start_ps IS NOT NULL
+),
+op_module_paths AS (
+    SELECT o.profile_id, o.event_id AS op_event_id,
+        string_agg(m.module, '/' ORDER BY m.start_ps, m.dur_ps DESC, m.event_id) AS module_path
+    FROM (SELECT DISTINCT profile_id, op_event_id AS event_id FROM torch_kernels
+          WHERE profile_id IN (SELECT profile_id FROM module_events)) AS d
+    JOIN events AS o USING (profile_id, event_id)
+    JOIN module_events AS m ON m.profile_id = o.profile_id AND m.track_id = o.track_id
+     AND m.start_ps <= o.start_ps AND o.start_ps < m.start_ps + m.dur_ps
+    GROUP BY ALL
+),
+-- ... and the fingerprint of an HLO module: its instructions (computation, name, opcode, shape, operands), hashed.
+fingerprints AS (
+    SELECT profile_id, program_id,
+        substr(md5(string_agg(concat_ws(chr(31), computation, hlo_op, opcode, shape, array_to_string(operand_names, ',')),
+                              chr(30) ORDER BY computation, hlo_op, instruction_id)), 1, 16) AS fingerprint
+    FROM hlo_ops
+    GROUP BY ALL
 ),
 -- PyTorch profiles without GPU activity: each costed op (on CPU), by its CPU time.
 torch_cpu_ops AS (
     SELECT f.profile_id, f.device_id, f.op, f.input_shapes, f.input_dtypes, f.precision, f.cost_source,
         f.occurrences, f.cpu_total_time_ps, f.flops, f.bytes_accessed
     FROM framework_op_stats AS f
-    WHERE f.cost_source IN ('trace', 'shapes')
+    WHERE f.cost_source IN ('declared', 'trace', 'shapes', 'operand_bytes')
       AND f.profile_id NOT IN (SELECT profile_id FROM framework_op_kernels)
       AND f.profile_id NOT IN (SELECT profile_id FROM accelerated)
 ),
@@ -124,11 +166,17 @@ op_events AS MATERIALIZED (
         coalesce(e.flops, k.flops) AS flops,
         coalesce(e.bytes_accessed, k.bytes_accessed) AS bytes_accessed,
         k.cost_source AS torch_cost_source,
-        CASE WHEN l.kind NOT IN ('tpu', 'gpu') THEN x.xla_device END AS xla_device
+        CASE WHEN l.kind NOT IN ('tpu', 'gpu') THEN x.xla_device END AS xla_device,
+        CASE WHEN e.hlo_op IS NOT NULL THEN 'hlo' WHEN k.event_id IS NOT NULL THEN 'torch' ELSE 'kernel' END AS key_source,
+        CASE WHEN e.hlo_op IS NOT NULL THEN NULL
+             WHEN k.event_id IS NOT NULL THEN mp.module_path
+             WHEN kg.grid_x IS NOT NULL THEN concat_ws(',', kg.grid_x, kg.grid_y, kg.grid_z) END AS key_context
     FROM events AS e
     JOIN op_lines AS l USING (profile_id, device_id, track_id)
     LEFT JOIN ordinals AS x USING (profile_id, event_id)
     LEFT JOIN torch_kernels AS k USING (profile_id, event_id)
+    LEFT JOIN op_module_paths AS mp ON mp.profile_id = k.profile_id AND mp.op_event_id = k.op_event_id
+    LEFT JOIN kernels AS kg ON kg.profile_id = e.profile_id AND kg.event_id = e.event_id
     WHERE CASE l.kind
               WHEN 'tpu' THEN true
               -- Kineto: annotations, stream waits, host events sharing the GPU's pid and CUPTI counter
@@ -136,6 +184,20 @@ op_events AS MATERIALIZED (
               WHEN 'gpu' THEN xprosql_gpu_work(e.category)
               ELSE e.hlo_op IS NOT NULL
           END
+),
+-- The first kernel of each execution of an HLO op on a GPU: a kernel whose predecessor on its stream
+-- belongs to another op (or program) starts one.
+executions AS (
+    SELECT profile_id, event_id, first_of_execution
+    FROM (
+        SELECT profile_id, event_id, hlo_op,
+            lag(hlo_op) OVER w IS DISTINCT FROM hlo_op OR lag(program_id) OVER w IS DISTINCT FROM program_id
+                AS first_of_execution
+        FROM op_events
+        WHERE device_kind = 'gpu' AND start_ps IS NOT NULL
+        WINDOW w AS (PARTITION BY profile_id, device_id, track_id ORDER BY start_ps, event_id)
+    )
+    WHERE hlo_op IS NOT NULL
 ),
 -- Self time: an op's time less that of the ops nested in it on its line.
 nesting_events AS (
@@ -217,7 +279,9 @@ hlo AS (
         h.profile_id, h.program_id, h.hlo_op,
         any_value(h.opcode) AS opcode,
         any_value(h.derived_flops) AS derived_flops,
-        any_value(h.derived_bytes_accessed) AS derived_bytes_accessed
+        any_value(h.derived_bytes_accessed) AS derived_bytes_accessed,
+        -- Files written before derived_cost_source: XLA's rules.
+        coalesce(any_value(h.derived_cost_source), 'hlo') AS derived_cost_source
     FROM hlo_ops AS h
     GROUP BY ALL
 ),
@@ -225,12 +289,14 @@ costed AS (
     SELECT
         o.*,
         greatest(o.dur_ps - coalesce(c.children_ps, 0), 0) AS self_ps,
-        coalesce(o.flops, h.derived_flops) AS flops_each,
-        coalesce(o.bytes_accessed, h.derived_bytes_accessed) AS bytes_each,
+        -- Derived costs are per execution: the other kernels of a GPU execution carry none (0).
+        coalesce(o.flops, h.derived_flops * CASE WHEN coalesce(x.first_of_execution, true) THEN 1 ELSE 0 END) AS flops_each,
+        coalesce(o.bytes_accessed,
+                 h.derived_bytes_accessed * CASE WHEN coalesce(x.first_of_execution, true) THEN 1 ELSE 0 END) AS bytes_each,
         CASE
             WHEN o.torch_cost_source IS NOT NULL THEN o.torch_cost_source
             WHEN o.flops IS NOT NULL OR o.bytes_accessed IS NOT NULL THEN 'profile'
-            WHEN h.derived_flops IS NOT NULL OR h.derived_bytes_accessed IS NOT NULL THEN 'hlo'
+            WHEN h.derived_flops IS NOT NULL OR h.derived_bytes_accessed IS NOT NULL THEN h.derived_cost_source
         END AS cost_source,
         h.opcode,
         -- An event's own breakdown, else its metadata's: per occurrence.
@@ -244,6 +310,7 @@ costed AS (
     FROM op_events AS o
     LEFT JOIN children AS c ON c.profile_id = o.profile_id AND c.parent_id = o.event_id
     LEFT JOIN hlo AS h ON h.profile_id = o.profile_id AND h.program_id = o.program_id AND h.hlo_op = o.hlo_op
+    LEFT JOIN executions AS x ON x.profile_id = o.profile_id AND x.event_id = o.event_id
     LEFT JOIN event_breakdowns AS eb ON eb.profile_id = o.profile_id AND eb.event_id = o.event_id
     LEFT JOIN metadata_breakdowns AS mb
       ON mb.profile_id = o.profile_id AND mb.device_id = o.device_id AND mb.metadata_id = o.metadata_id
@@ -255,8 +322,12 @@ per_device AS (
         any_value(precision) AS precision,
         any_value(hlo_module) AS module,
         coalesce(any_value(category), any_value(opcode)) AS category,
-        CASE WHEN bool_or(cost_source = 'profile') THEN 'profile' WHEN bool_or(cost_source = 'hlo') THEN 'hlo'
-             WHEN bool_or(cost_source = 'trace') THEN 'trace' WHEN bool_or(cost_source = 'shapes') THEN 'shapes' END AS cost_source,
+        -- The best source of the op's occurrences (ops.roofline's order).
+        CASE WHEN bool_or(cost_source = 'profile') THEN 'profile' WHEN bool_or(cost_source = 'declared') THEN 'declared'
+             WHEN bool_or(cost_source = 'triton_gemm') THEN 'triton_gemm' WHEN bool_or(cost_source = 'library') THEN 'library'
+             WHEN bool_or(cost_source = 'hlo') THEN 'hlo' WHEN bool_or(cost_source = 'trace') THEN 'trace'
+             WHEN bool_or(cost_source = 'shapes') THEN 'shapes' WHEN bool_or(cost_source = 'operand_bytes') THEN 'operand_bytes'
+        END AS cost_source,
         CAST(sum(occurrences) AS BIGINT) AS occurrences,
         CAST(sum(dur_ps) AS BIGINT) AS total_time_ps,
         CAST(sum(self_ps) AS BIGINT) AS self_time_ps,
@@ -270,14 +341,15 @@ per_device AS (
         CAST(sum(vmem_write_each * occurrences) AS DOUBLE) AS vmem_write_bytes,
         CAST(sum(cmem_read_each * occurrences) AS DOUBLE) AS cmem_read_bytes,
         CAST(sum(cmem_write_each * occurrences) AS DOUBLE) AS cmem_write_bytes,
-        CAST(greatest(count(DISTINCT xla_device), 1) AS BIGINT) AS xla_devices
+        CAST(greatest(count(DISTINCT xla_device), 1) AS BIGINT) AS xla_devices,
+        key_source, key_context
     FROM costed
-    GROUP BY profile_id, device_id, device_kind, program_id, op, input_shapes, input_dtypes
+    GROUP BY profile_id, device_id, device_kind, program_id, op, input_shapes, input_dtypes, key_source, key_context
     UNION ALL
     SELECT
         profile_id, device_id, 'cpu', NULL, op, input_shapes, input_dtypes, precision, NULL, 'cpu_op', cost_source,
         occurrences, cpu_total_time_ps, cpu_total_time_ps, NULL, cpu_total_time_ps, flops, bytes_accessed,
-        false, 0, 0, 0, 0, 0, 1
+        false, 0, 0, 0, 0, 0, 1, 'torch', NULL
     FROM torch_cpu_ops
 ),
 xla_device_spans AS (
@@ -299,8 +371,18 @@ device_spans AS (
         CAST(sum(end_ps - start_ps) AS BIGINT) AS device_time_ps
     FROM xla_device_spans
     GROUP BY ALL
+),
+keyed AS (
+    SELECT o.*,
+        CASE WHEN o.key_source = 'hlo' AND f.fingerprint IS NULL THEN 'hlo_name' ELSE o.key_source END AS op_key_source,
+        CASE WHEN o.key_source = 'hlo' THEN coalesce(f.fingerprint, o.module) ELSE o.key_context END AS op_key_context
+    FROM per_device AS o
+    LEFT JOIN fingerprints AS f USING (profile_id, program_id)
 )
-SELECT o.*, s.device_start_ps, s.device_end_ps, s.device_time_ps
-FROM per_device AS o
+SELECT o.* EXCLUDE (key_source, key_context, op_key_source, op_key_context),
+    s.device_start_ps, s.device_end_ps, s.device_time_ps,
+    xprosql_op_key(o.op_key_source, o.op, o.input_shapes, o.input_dtypes, o.op_key_context) AS op_key,
+    o.op_key_source, o.op_key_context
+FROM keyed AS o
 LEFT JOIN device_spans AS s USING (profile_id, device_id)
 ORDER BY profile_id, device_id, self_time_ps DESC, program_id, op, input_shapes, input_dtypes

@@ -4,8 +4,10 @@
 -- Built on the roofline analysis (included below, with its parameters). An op
 -- is compute-bound when compute is its most utilized resource, memory-bound
 -- when a memory is (equivalently: its operational intensity for that memory is
--- left of the memory's ridge point). Ops without cost data, and ops on devices
--- whose peaks are unknown (CPU without $peak_* parameters), are kept apart, and
+-- left of the memory's ridge point). Ops without cost data, ops whose FLOPs are
+-- unknown (cost_source operand_bytes: a custom call or compiled kernel known by its
+-- bytes only), and ops on devices whose peaks are unknown (CPU without $peak_*
+-- parameters), are kept apart, and
 -- so are collectives (xprosql_collective: on every backend): their time is
 -- communication, neither compute- nor memory-bound, whatever their bytes.
 -- Roofline's $top stays NULL (it is not passed): the shares are over every op.
@@ -31,7 +33,7 @@
 --   input_shapes  VARCHAR  a PyTorch op's Input Dims (JSON); NULL otherwise
 --   input_dtypes  VARCHAR  a PyTorch op's Input type (JSON)
 --   category  VARCHAR  HLO category of the op
---   classification  VARCHAR  op: collective, compute-bound, memory-bound, no cost data, or unknown (peaks unknown, or no FLOPs and no bytes); profile: the XProf-style verdict compute-bound / memory-bound from the utilization thresholds, else balanced, or unknown without peaks
+--   classification  VARCHAR  op: collective, compute-bound, memory-bound, no cost data, or unknown (peaks unknown, FLOPs unknown: operand_bytes, or no FLOPs and no bytes); profile: the XProf-style verdict compute-bound / memory-bound from the utilization thresholds, else balanced, or unknown without peaks
 --   bound_by  VARCHAR  roofline.bound_by: compute, HBM, VMEM read, ... or unknown
 --   self_time_ps  BIGINT  op: self time; profile: summed self time of all ops (busy time), ps
 --   device_time_ps  BIGINT  the profile's device time on this device kind (roofline.device_time_ps), ps
@@ -45,7 +47,7 @@
 --   span_memory_bound_share  DOUBLE  profile: share of the device time (device_time_ps: the ops' span, first op start to last op end) in memory-bound ops
 --   span_compute_bound_share  DOUBLE  profile: share of device time in compute-bound ops
 --   span_no_cost_data_share  DOUBLE  profile: share of device time in ops without cost data
---   span_unknown_share  DOUBLE  profile: share of device time in ops with cost data that cannot be placed (unknown peaks)
+--   span_unknown_share  DOUBLE  profile: share of device time in ops with cost data that cannot be placed (unknown peaks, or bytes only: operand_bytes)
 --   span_collective_share  DOUBLE  profile: share of device time in collectives
 --   span_idle_share  DOUBLE  profile: share of device time with no op running
 WITH roofline AS (

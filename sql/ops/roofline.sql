@@ -9,10 +9,30 @@
 -- the summed memory breakdown (all bytes count as HBM when no op has one).
 --
 -- Built on the op_stats table (sql/ops/_op_stats.sql, stored per profile at
--- ingest): which events are ops, self time (nesting), cost data (profile
--- stats, else HLO-derived, else none: cost_source NULL, bound_by 'unknown'),
--- memory breakdowns. An op without a breakdown counts all its bytes as HBM
--- (XProf's rule).
+-- ingest): which events are ops, self time (nesting), cost data, memory
+-- breakdowns. An op without a breakdown counts all its bytes as HBM (XProf's rule).
+--
+-- Where an op's FLOPs and bytes come from (cost_source), best first:
+--   profile        the profile's own op stats (flops, bytes_accessed: XLA's TPU compiler)
+--   declared       what the kernel's author declared: a Pallas / Mosaic TPU kernel's
+--                  cost_estimate in its custom call's backend config; a torch.compile /
+--                  Inductor kernel's kernel_flop and kernel_num_gb args (Kineto)
+--   triton_gemm    a fusion XLA runs as a Triton GEMM (__triton_gemm,
+--                  __triton_nested_gemm_fusion): 2·M·N·K of the dots in its HLO body;
+--                  bytes its operands and results
+--   library        a known library custom call, by target name and operand shapes:
+--                  fused attention (cuDNN __cudnn$fmha*, Transformer Engine
+--                  te_fused_attn_* on cuDNN or CK; forward and backward, causal, GQA:
+--                  xprosql.models.torch_costs's attention formulas), cuBLAS / hipBLASLt
+--                  GEMMs (__cublas$gemm, __cublas$lt$matmul: 2 x output x contracting
+--                  size), cuDNN / MIOpen convolutions (__cudnn$conv*)
+--   hlo            XLA's cost rules over the embedded HLO (hlo_ops.derived_*)
+--   trace, shapes  PyTorch ops: the trace's flops arg; TraceLens's formulas from the
+--                  recorded shapes (xprosql.models.torch_costs)
+--   operand_bytes  any other custom call, or a compiled PyTorch kernel that declares
+--                  nothing: the bytes of its operands and results, a lower bound, and
+--                  FLOPs unknown (NULL): bound_by 'unknown', as the op cannot be placed
+--   NULL           no cost data: bound_by 'unknown'
 --
 -- Peaks per (profile, device kind): ops._peaks (included below) says which
 -- roof each peak is and where it comes from ($peak_* parameters, the profile's
@@ -52,7 +72,7 @@
 --   input_dtypes  VARCHAR  a PyTorch op's Input type (JSON)
 --   precision  VARCHAR  a PyTorch op's dtype class (fp8, bf16, fp16, fp32, ...): which FLOP/s roof applies
 --   category  VARCHAR  HLO category from the profile, else the HLO opcode; PyTorch ops: cpu_op
---   cost_source  VARCHAR  where flops and bytes came from: profile (op stats), hlo (derived from hlo_ops), trace or shapes (PyTorch: the trace's flops arg, shape rules) or NULL (none)
+--   cost_source  VARCHAR  where flops and bytes came from, best first: profile (the profile's op stats); declared (the kernel author's: a Pallas/Mosaic cost_estimate, an Inductor kernel's kernel_flop / kernel_num_gb); triton_gemm (an XLA Triton GEMM fusion: 2·M·N·K of its dots); library (a known library custom call by target and operand shapes: cuDNN / Transformer Engine / CK fused attention, cuBLAS / hipBLASLt GEMM, cuDNN / MIOpen convolution); hlo (XLA's cost rules over the HLO); trace, shapes (PyTorch: the trace's flops arg, the shape formulas); operand_bytes (another custom call or compiled kernel: operand and result bytes, a lower bound, FLOPs NULL); NULL (none); total rows: the best of their ops'
 --   devices  BIGINT  devices of this kind the op ran on (a host plane running several XLA devices: each counts)
 --   occurrences  BIGINT  executions, summed over devices (total rows: over their ops)
 --   total_time_ps  BIGINT  time including nested ops, summed over devices, ps; program rows: the program's busy time (its ops' self time); profile rows: device time, as XProf
@@ -89,7 +109,7 @@
 --   vmem_write_utilization  DOUBLE  VMEM write bandwidth / its peak
 --   cmem_read_utilization  DOUBLE  CMEM read bandwidth / its peak
 --   cmem_write_utilization  DOUBLE  CMEM write bandwidth / its peak
---   bound_by  VARCHAR  the resource with the highest utilization: compute, HBM, CMEM read, CMEM write, VMEM read, VMEM write; unknown when none is known and above 0 (ties: that order, as XProf)
+--   bound_by  VARCHAR  the resource with the highest utilization: compute, HBM, CMEM read, CMEM write, VMEM read, VMEM write; unknown when none is known and above 0, or when the FLOPs are unknown (ties: that order, as XProf)
 --   roofline_efficiency  DOUBLE  the highest utilization (XProf's roofline efficiency)
 --   above_roof  BOOLEAN  the highest utilization is above 1: the op beats a roof, so the peaks are too low (a peak measured on a busy machine) or its costs too high; its utilizations may then exceed 1
 --   above_roof_reason  VARCHAR  on rows above a roof: which roof, by how much, where its peak came from and what that means; NULL otherwise
@@ -98,7 +118,10 @@ WITH params AS (
         CAST($top AS BIGINT) AS top_n
 ),
 stats AS (
-    SELECT * FROM op_stats
+    -- An op has a row per device and op_key (a kernel launched with two grids: two keys); its devices count once.
+    SELECT *, row_number() OVER (PARTITION BY profile_id, device_kind, program_id, op, input_shapes, input_dtypes, device_id
+                                 ORDER BY op_key) = 1 AS first_on_device
+    FROM op_stats
 ),
 ops AS MATERIALIZED (
     SELECT
@@ -106,10 +129,13 @@ ops AS MATERIALIZED (
         any_value(precision) AS precision,
         any_value(module) AS module,
         any_value(category) AS category,
-        CASE WHEN bool_or(cost_source = 'profile') THEN 'profile' WHEN bool_or(cost_source = 'hlo') THEN 'hlo'
-             WHEN bool_or(cost_source = 'trace') THEN 'trace' WHEN bool_or(cost_source = 'shapes') THEN 'shapes' END AS cost_source,
+        CASE WHEN bool_or(cost_source = 'profile') THEN 'profile' WHEN bool_or(cost_source = 'declared') THEN 'declared'
+             WHEN bool_or(cost_source = 'triton_gemm') THEN 'triton_gemm' WHEN bool_or(cost_source = 'library') THEN 'library'
+             WHEN bool_or(cost_source = 'hlo') THEN 'hlo' WHEN bool_or(cost_source = 'trace') THEN 'trace'
+             WHEN bool_or(cost_source = 'shapes') THEN 'shapes' WHEN bool_or(cost_source = 'operand_bytes') THEN 'operand_bytes'
+        END AS cost_source,
         -- An op's row per device says on how many of the device's XLA devices it ran (older files: 1).
-        CAST(sum(coalesce(xla_devices, 1)) AS BIGINT) AS devices,
+        CAST(sum(coalesce(xla_devices, 1)) FILTER (WHERE first_on_device) AS BIGINT) AS devices,
         CAST(sum(occurrences) AS BIGINT) AS occurrences,
         CAST(sum(total_time_ps) AS BIGINT) AS total_time_ps,
         CAST(sum(self_time_ps) AS BIGINT) AS self_time_ps,
@@ -143,8 +169,11 @@ totals AS (
         CASE WHEN grouping(program_id) = 0 THEN 'program' ELSE 'profile' END AS row_kind,
         profile_id, device_kind, program_id,
         CASE WHEN grouping(program_id) = 0 THEN any_value(module) END AS module,
-        CASE WHEN bool_or(cost_source = 'profile') THEN 'profile' WHEN bool_or(cost_source = 'hlo') THEN 'hlo'
-             WHEN bool_or(cost_source = 'trace') THEN 'trace' WHEN bool_or(cost_source = 'shapes') THEN 'shapes' END AS cost_source,
+        CASE WHEN bool_or(cost_source = 'profile') THEN 'profile' WHEN bool_or(cost_source = 'declared') THEN 'declared'
+             WHEN bool_or(cost_source = 'triton_gemm') THEN 'triton_gemm' WHEN bool_or(cost_source = 'library') THEN 'library'
+             WHEN bool_or(cost_source = 'hlo') THEN 'hlo' WHEN bool_or(cost_source = 'trace') THEN 'trace'
+             WHEN bool_or(cost_source = 'shapes') THEN 'shapes' WHEN bool_or(cost_source = 'operand_bytes') THEN 'operand_bytes'
+        END AS cost_source,
         CAST(max(devices) AS BIGINT) AS devices,
         CAST(sum(occurrences) AS BIGINT) AS occurrences,
         CAST(sum(self_time_ps) AS BIGINT) AS self_time_ps,
@@ -224,11 +253,12 @@ utilized AS (
 bounded AS (
     SELECT
         *,
-        greatest(
+        -- Without FLOPs (operand_bytes: bytes only) no side of the ridge can be told.
+        CASE WHEN flops IS NULL THEN 0 ELSE greatest(
             coalesce(flop_utilization, 0), coalesce(hbm_utilization, 0),
             coalesce(cmem_read_utilization, 0), coalesce(cmem_write_utilization, 0),
             coalesce(vmem_read_utilization, 0), coalesce(vmem_write_utilization, 0)
-        ) AS max_utilization
+        ) END AS max_utilization
     FROM utilized
 )
 SELECT

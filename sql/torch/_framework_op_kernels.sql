@@ -25,7 +25,7 @@
 --   input_shapes  VARCHAR  its Input Dims (JSON)
 --   input_dtypes  VARCHAR  its Input type (JSON)
 --   precision  VARCHAR  dtype class of its math (fp8, bf16, fp16, fp32, ...)
---   cost_source  VARCHAR  trace, shapes, or NULL (the op has no cost data)
+--   cost_source  VARCHAR  declared, trace, shapes, operand_bytes (torch._op_tree), or NULL (the op has no cost data)
 --   first_of_call  BOOLEAN  the call's first activity on this device
 --   flops  DOUBLE  the call's FLOPs on its first activity, 0 on the others, NULL without cost data
 --   bytes_accessed  DOUBLE  the call's bytes like flops, bytes

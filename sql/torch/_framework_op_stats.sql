@@ -19,10 +19,10 @@
 --   input_shapes  VARCHAR  Input Dims as recorded (JSON); NULL without record_shapes
 --   input_dtypes  VARCHAR  Input type as recorded (JSON)
 --   precision  VARCHAR  dtype class of the op's math (fp8, bf16, fp16, fp32, fp64, int8, int)
---   cost_source  VARCHAR  trace (the trace's flops arg), shapes (a rule), nested (costed ops inside it) or NULL (none)
+--   cost_source  VARCHAR  declared (a compiled kernel's kernel_flop / kernel_num_gb), trace (the trace's flops arg), shapes (a rule), operand_bytes (a compiled kernel's tensor arguments: bytes only), nested (costed ops inside it) or NULL (none)
 --   cost_rule  VARCHAR  the rule of an op costed by its own shapes (gemm, conv, attention, unary, ...)
 --   occurrences  BIGINT  calls
---   costed_occurrences  BIGINT  calls with cost data
+--   costed_occurrences  BIGINT  calls with cost data (FLOPs or bytes)
 --   cpu_total_time_ps  BIGINT  CPU time of the calls, including the ops they call, ps
 --   cpu_self_time_ps  BIGINT  CPU time less that of the ops and API calls directly inside, ps
 --   kernel_time_ps  BIGINT  per call, the union of its subtree's GPU activities, summed over calls, ps
@@ -80,15 +80,16 @@ calls AS (
 SELECT
     profile_id, device_id, op, input_shapes, input_dtypes,
     any_value(precision) AS precision,
-    CASE WHEN bool_or(cost_source = 'trace') THEN 'trace' WHEN bool_or(cost_source = 'shapes') THEN 'shapes'
+    CASE WHEN bool_or(cost_source = 'declared') THEN 'declared' WHEN bool_or(cost_source = 'trace') THEN 'trace'
+         WHEN bool_or(cost_source = 'shapes') THEN 'shapes' WHEN bool_or(cost_source = 'operand_bytes') THEN 'operand_bytes'
          WHEN bool_or(cost_source = 'nested') THEN 'nested' END AS cost_source,
     any_value(cost_rule) AS cost_rule,
     count(*) AS occurrences,
-    count(flops) AS costed_occurrences,
+    count(coalesce(flops, bytes_accessed)) AS costed_occurrences,
     CAST(sum(dur_ps) AS BIGINT) AS cpu_total_time_ps,
     CAST(sum(cpu_self_ps) AS BIGINT) AS cpu_self_time_ps,
     CAST(sum(kernel_time_ps) AS BIGINT) AS kernel_time_ps,
-    CAST(coalesce(sum(kernel_time_ps) FILTER (WHERE flops IS NOT NULL), 0) AS BIGINT) AS costed_kernel_time_ps,
+    CAST(coalesce(sum(kernel_time_ps) FILTER (WHERE flops IS NOT NULL OR bytes_accessed IS NOT NULL), 0) AS BIGINT) AS costed_kernel_time_ps,
     CAST(sum(self_kernel_time_ps) AS BIGINT) AS self_kernel_time_ps,
     CAST(sum(kernels) AS BIGINT) AS kernels,
     sum(flops) AS flops,

@@ -17,6 +17,13 @@
 -- of the first ops with costs on each path down its subtree (cost_source nested), so no
 -- call is counted twice in it. Ops with no rule and no costed descendant have NULL costs.
 --
+-- Compiled kernels: the record of a torch.compile / Inductor kernel launch (an op with a
+-- kernel_backend arg, e.g. triton_poi_fused_add_0) has the costs its author declared when
+-- Inductor wrote them (kernel_flop FLOPs and kernel_num_gb GB = 1e9 bytes, with
+-- torch._inductor.config.benchmark_kernel / profile_bandwidth: cost_source declared), else
+-- the bytes of its tensor arguments (its Input Dims: each pointer argument once, a lower
+-- bound) and unknown FLOPs (cost_source operand_bytes, cost_rule tensor_bytes).
+--
 -- Columns:
 --   profile_id  VARCHAR  profile (profiles.profile_id)
 --   node  VARCHAR  op (a cpu_op) or api_call (api_calls; only the tree columns are set)
@@ -33,9 +40,9 @@
 --   dur_ps  BIGINT  CPU time including the ops it calls, ps
 --   cpu_self_ps  BIGINT  dur_ps less the ops and API calls directly inside it, ps
 --   own_cost  BOOLEAN  the costs are the op's own (see above)
---   cost_rule  VARCHAR  the rule behind the op's own costs (gemm, conv, attention, ...; trace when only the trace's flops arg)
---   cost_source  VARCHAR  trace (its flops arg), shapes (a rule), nested (the costs of the costed ops inside it), or NULL (none)
---   flops  DOUBLE  FLOPs of the call: its own when own_cost, else those of the first costed ops inside it
+--   cost_rule  VARCHAR  the rule behind the op's own costs (gemm, conv, attention, ...; trace when only the trace's flops arg; inductor: a compiled kernel's declared costs; tensor_bytes: its arguments' bytes)
+--   cost_source  VARCHAR  declared (a compiled kernel's kernel_flop / kernel_num_gb), trace (its flops arg), shapes (a rule), operand_bytes (a compiled kernel's tensor arguments: bytes only), nested (the costs of the costed ops inside it), or NULL (none)
+--   flops  DOUBLE  FLOPs of the call: its own when own_cost, else those of the first costed ops inside it; NULL when unknown (operand_bytes)
 --   bytes_accessed  DOUBLE  bytes read and written by the call, like flops, bytes
 WITH op_events AS MATERIALIZED (
     SELECT e.profile_id, e.event_id, e.device_id, e.track_id, CAST(e.name AS VARCHAR) AS op, e.start_ps, e.dur_ps
@@ -82,37 +89,50 @@ args AS (
         any_value(s.str_value) FILTER (WHERE s.stat = 'Input type') AS input_dtypes,
         any_value(s.str_value) FILTER (WHERE s.stat = 'Concrete Inputs') AS concrete_inputs,
         any_value(coalesce(CAST(s.int_value AS DOUBLE), s.double_value, CAST(s.uint_value AS DOUBLE)))
-            FILTER (WHERE s.stat = 'flops') AS trace_flops
+            FILTER (WHERE s.stat = 'flops') AS trace_flops,
+        any_value(coalesce(CAST(s.int_value AS DOUBLE), s.double_value, CAST(s.uint_value AS DOUBLE)))
+            FILTER (WHERE s.stat = 'kernel_flop') AS kernel_flop,
+        -- Inductor's estimate in GB (1e9 bytes); 0 means none, as Inductor's own profile analysis reads it.
+        any_value(nullif(coalesce(s.double_value, CAST(s.int_value AS DOUBLE), CAST(s.uint_value AS DOUBLE)), 0) * 1e9)
+            FILTER (WHERE s.stat = 'kernel_num_gb') AS kernel_bytes,
+        bool_or(s.stat = 'kernel_backend') AS compiled
     FROM event_stats AS s
     SEMI JOIN op_events AS o USING (profile_id, event_id)
-    WHERE s.stat IN ('Input Dims', 'Input type', 'Concrete Inputs', 'flops')
+    WHERE s.stat IN ('Input Dims', 'Input type', 'Concrete Inputs', 'flops', 'kernel_flop', 'kernel_num_gb', 'kernel_backend')
     GROUP BY ALL
 ),
 calls AS MATERIALIZED (
-    SELECT o.*, a.input_shapes, a.input_dtypes, a.concrete_inputs, a.trace_flops
+    SELECT o.*, a.input_shapes, a.input_dtypes, a.concrete_inputs, a.trace_flops,
+        a.kernel_flop, a.kernel_bytes, coalesce(a.compiled, false) AS compiled,
+        a.kernel_flop IS NOT NULL OR a.kernel_bytes IS NOT NULL AS declared
     FROM op_events AS o
     LEFT JOIN args AS a USING (profile_id, event_id)
 ),
 -- The rules run once per distinct signature, not per call.
 signatures AS (
-    SELECT op, input_shapes, input_dtypes, concrete_inputs,
-        xprosql_torch_cost(op, input_shapes, input_dtypes, concrete_inputs) AS cost
-    FROM (SELECT DISTINCT op, input_shapes, input_dtypes, concrete_inputs FROM calls WHERE input_shapes IS NOT NULL)
+    SELECT op, input_shapes, input_dtypes, concrete_inputs, compiled,
+        xprosql_torch_cost(op, input_shapes, input_dtypes, concrete_inputs) AS cost,
+        CASE WHEN compiled THEN xprosql_tensor_bytes(input_shapes, input_dtypes) END AS tensor_bytes
+    FROM (SELECT DISTINCT op, input_shapes, input_dtypes, concrete_inputs, compiled FROM calls WHERE input_shapes IS NOT NULL)
 ),
 costed AS MATERIALIZED (
     SELECT
         c.profile_id, c.event_id,
-        coalesce(c.trace_flops, CAST(s.cost.flops AS DOUBLE)) AS flops,
-        CAST(s.cost.bytes_accessed AS DOUBLE) AS bytes_accessed,
-        CASE WHEN s.cost IS NOT NULL THEN s.cost.rule ELSE 'trace' END AS cost_rule,
-        CASE WHEN c.trace_flops IS NOT NULL THEN 'trace' ELSE 'shapes' END AS cost_source,
+        CASE WHEN c.declared THEN c.kernel_flop ELSE coalesce(c.trace_flops, CAST(s.cost.flops AS DOUBLE)) END AS flops,
+        CASE WHEN c.declared THEN coalesce(c.kernel_bytes, CAST(s.tensor_bytes AS DOUBLE))
+             ELSE CAST(coalesce(s.cost.bytes_accessed, s.tensor_bytes) AS DOUBLE) END AS bytes_accessed,
+        CASE WHEN c.declared THEN 'inductor' WHEN s.cost IS NOT NULL THEN s.cost.rule WHEN c.trace_flops IS NOT NULL THEN 'trace'
+             ELSE 'tensor_bytes' END AS cost_rule,
+        CASE WHEN c.declared THEN 'declared' WHEN c.trace_flops IS NOT NULL THEN 'trace' WHEN s.cost IS NOT NULL THEN 'shapes'
+             ELSE 'operand_bytes' END AS cost_source,
         s.cost.precision AS precision,
-        c.trace_flops IS NULL AND coalesce(s.cost.composite, false) AS composite
+        NOT c.declared AND c.trace_flops IS NULL AND coalesce(s.cost.composite, false) AS composite
     FROM calls AS c
     LEFT JOIN signatures AS s
       ON s.op = c.op AND s.input_shapes = c.input_shapes
      AND s.input_dtypes IS NOT DISTINCT FROM c.input_dtypes AND s.concrete_inputs IS NOT DISTINCT FROM c.concrete_inputs
-    WHERE c.trace_flops IS NOT NULL OR s.cost IS NOT NULL
+     AND s.compiled = c.compiled
+    WHERE c.declared OR c.trace_flops IS NOT NULL OR s.cost IS NOT NULL OR s.tensor_bytes IS NOT NULL
 ),
 -- Every op above each costed op, nearest first.
 ancestry AS MATERIALIZED (

@@ -43,7 +43,7 @@
 --   flop_rate  DOUBLE  flops / the GPU time (CPU time on a CPU) of the calls with cost data, FLOP/s
 --   memory_bandwidth  DOUBLE  bytes_accessed / that time, bytes/s
 --   precision  VARCHAR  dtype class of the op's math: fp8, bf16, fp16, fp32, fp64, int8, int
---   cost_source  VARCHAR  trace (the trace's flops arg), shapes (a rule), nested (the costed ops inside it) or NULL (no cost data)
+--   cost_source  VARCHAR  declared (a compiled kernel's kernel_flop / kernel_num_gb), trace (the trace's flops arg), shapes (a rule), operand_bytes (a compiled kernel's tensor arguments: bytes only, FLOPs unknown), nested (the costed ops inside it) or NULL (no cost data)
 --   cost_rule  VARCHAR  the rule of an op costed by its own shapes: gemm, scaled_gemm, conv, attention, unary, binary, ...
 WITH params AS (
     SELECT CAST($by_shapes AS BOOLEAN) AS by_shapes
@@ -77,7 +77,9 @@ grouped AS (
         sum(CASE WHEN s.kernels > 0 THEN s.costed_kernel_time_ps
                  WHEN s.costed_occurrences > 0 THEN s.cpu_total_time_ps END) AS costed_time_ps,
         CASE WHEN count(DISTINCT s.precision) = 1 THEN any_value(s.precision) END AS precision,
-        CASE WHEN bool_or(s.cost_source = 'trace') THEN 'trace' WHEN bool_or(s.cost_source = 'shapes') THEN 'shapes'
+        CASE WHEN bool_or(s.cost_source = 'declared') THEN 'declared' WHEN bool_or(s.cost_source = 'trace') THEN 'trace'
+             WHEN bool_or(s.cost_source = 'shapes') THEN 'shapes'
+             WHEN bool_or(s.cost_source = 'operand_bytes') THEN 'operand_bytes'
              WHEN bool_or(s.cost_source = 'nested') THEN 'nested' END AS cost_source,
         CASE WHEN count(DISTINCT s.cost_rule) = 1 THEN any_value(s.cost_rule) END AS cost_rule
     FROM stats AS s

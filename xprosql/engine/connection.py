@@ -32,15 +32,19 @@ def connect_views(
     *,
     arrow: Mapping[str, pa.Table] | None = None,
     config: Mapping[str, Any] | None = None,
+    filesystem: Any = None,
 ) -> duckdb.DuckDBPyConnection:
     """A connection with a view for every table of :data:`~xprosql.models.tables.TABLES`.
 
     ``sources[table]`` is the SQL that reads the table (``profile_id`` included); a table left out or
     None has no file yet and is empty. ``arrow``: in-memory tables registered first, under their
     names, for the sources to read. Columns a source lacks read as NULL; unsigned columns, which data files
-    store as int64 of the same bits (Delta has no unsigned type), read as UBIGINT.
+    store as int64 of the same bits (Delta has no unsigned type), read as UBIGINT. ``filesystem``: the fsspec file
+    system the sources' object-storage files are read through (:meth:`~xprosql.warehouse.Snapshot.filesystem`).
     """
     con = connect(config=dict(config or {}))
+    if filesystem is not None:
+        con.register_filesystem(filesystem)
     for name, table in (arrow or {}).items():
         con.register(name, table)
     for table, schema in TABLES.items():
@@ -97,7 +101,7 @@ def query(con: duckdb.DuckDBPyConnection, sql: str,
 
 def snapshot_connection(snapshot: Snapshot, *, arrow: Mapping[str, pa.Table] | None = None) -> duckdb.DuckDBPyConnection:
     """Views over the files of ``snapshot`` (``arrow``: in-memory tables beside them, as in :func:`connect_views`)."""
-    return connect_views({table: snapshot.scan_sql(table) for table in TABLES}, arrow=arrow)
+    return connect_views({table: snapshot.scan_sql(table) for table in TABLES}, arrow=arrow, filesystem=snapshot.filesystem())
 
 
 def run_on_share(share: Snapshot, sql: str, params: Mapping[str, Any] | None) -> pa.Table:

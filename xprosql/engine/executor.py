@@ -396,7 +396,7 @@ def profiles_where(snapshot: Snapshot, where: str) -> list[str]:
         >>> profiles_where(snapshot, "tags['job'] = 'bert' AND host LIKE 'tpu-%'")  # doctest: +SKIP
         ['0a1b...', ...]
     """
-    con = connect_views({"profiles": snapshot.scan_sql("profiles")})
+    con = connect_views({"profiles": snapshot.scan_sql("profiles")}, filesystem=snapshot.filesystem())
     try:
         # Parsed as the one expression of a SELECT list: a second statement or clause does not parse.
         tree = json.loads(con.execute("SELECT json_serialize_sql(?)", [f"SELECT ({where})"]).fetchall()[0][0])
@@ -411,16 +411,19 @@ def profiles_where(snapshot: Snapshot, where: str) -> list[str]:
 
 
 def compact(path: str | os.PathLike[str], *, target_rows: int = PACK_TARGET_ROWS, min_profiles: int = 2,
-            wait: bool = True, retention_hours: float = VACUUM_RETENTION_HOURS) -> CompactReport | None:
+            wait: bool = True, retention_hours: float = VACUUM_RETENTION_HOURS,
+            storage_options: Mapping[str, str] | None = None) -> CompactReport | None:
     """Compact the warehouse at ``path`` (:meth:`xprosql.warehouse.Warehouse.compact`: Delta's optimize, ordered
     by profile, then vacuum), storing for the profiles compacted the first time the rows of
     ``PACK_DERIVED_TABLES`` that fleet queries read instead of events.
 
     ``target_rows``: rows of a packed file; ``retention_hours``: how long a file no latest version references
-    is kept for readers of older versions before vacuum deletes it.
+    is kept for readers of older versions before vacuum deletes it. ``storage_options``: credentials and endpoint of
+    an object-storage warehouse (``s3://...``; default: the environment's).
 
     Example:
         >>> print(xprosql.compact("run/"))                                     # doctest: +SKIP
     """
-    return Warehouse(path).compact(target_rows=target_rows, min_profiles=min_profiles, wait=wait,
-                                   derive=derive_stored_table, retention_hours=retention_hours)
+    return Warehouse(path, storage_options=storage_options).compact(
+        target_rows=target_rows, min_profiles=min_profiles, wait=wait, derive=derive_stored_table,
+        retention_hours=retention_hours)

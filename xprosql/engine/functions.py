@@ -27,6 +27,17 @@
   dtype class of one call of a PyTorch op from the shapes Kineto records (JSON text of its ``Input Dims``,
   ``Input type`` and ``Concrete Inputs`` args), by the rules of :mod:`xprosql.models.torch_costs`, and whether
   the op is a composite whose callee carries the cost; NULL when no rule applies.
+* ``xprosql_tensor_bytes(input_dims, input_types VARCHAR)``: bytes of the tensor arguments of one call (each
+  once: what a compiled kernel moves at the least), :func:`xprosql.models.torch_costs.tensor_bytes`; NULL when
+  none is a tensor of a known dtype.
+* ``xprosql_kernel_name(name VARCHAR)``: a kernel's name as the same kernel is named in another run: a demangled
+  C++ name without its parameter list, addresses (``0x...``) as ``0x``, whitespace runs as one space, and a Triton or
+  XLA fusion kernel's trailing instance number dropped (``triton_poi_fused_add_3``, ``loop_add_fusion_2``: numbers
+  the compiler hands out in order, which shift when other kernels come and go).
+* ``xprosql_op_key(source, op, input_shapes, input_dtypes, context VARCHAR)``: an op's identity across runs
+  (``op_stats.op_key``): the first 16 hex digits of the MD5 of its parts, the op name normalised by
+  ``xprosql_kernel_name`` when ``source`` is ``kernel``. One definition for ops._op_stats and the fleet analyses
+  reading files written before op_key.
 * ``hardware_models``: the published chip peaks of
   :mod:`xprosql.models.hardware`, one row per chip.
 
@@ -45,7 +56,7 @@ import duckdb
 import pyarrow as pa
 
 from xprosql.models.hardware import hardware_models_table
-from xprosql.models.torch_costs import op_costs
+from xprosql.models.torch_costs import op_costs, tensor_bytes_of_json
 
 __all__ = [
     "MEMORY_ACCESS_TYPE",
@@ -137,6 +148,10 @@ def _torch_cost_udf(ops: pa.Array, dims: pa.Array, types: pa.Array, concrete: pa
                     TORCH_COST_TYPE)
 
 
+def _tensor_bytes_udf(dims: pa.Array, types: pa.Array) -> pa.Array:
+    return pa.array(tensor_bytes_of_json(dims.to_pylist(), types.to_pylist()), pa.int64())
+
+
 _XLA_COLLECTIVES = ("all-reduce|all-gather|reduce-scatter|collective-permute|all-to-all|ragged-all-to-all"
                     "|collective-broadcast")
 # The name of the collective, as written by its source (letters only, lowercased below).
@@ -188,12 +203,18 @@ _DURATION = """CASE
     WHEN abs(ps) >= 1e6 THEN printf('%.1f us', ps / 1e6)
     ELSE printf('%.0f ns', ps / 1e3)
 END"""
+_KERNEL_NAME = r"""regexp_replace(trim(regexp_replace(regexp_replace(
+    CASE WHEN regexp_matches(name, '::|<') THEN regexp_replace(trim(name), '\([^()]*\)$', '') ELSE trim(name) END,
+    '0x[0-9a-fA-F]+', '0x', 'g'), '\s+', ' ', 'g')),
+    '^((triton_|fusion|loop_|input_|wrapped_).*?)[_.][0-9]+$', '\1')"""
+_OP_KEY = r"""substr(md5(concat_ws(chr(31), source, CASE WHEN source = 'kernel' THEN xprosql_kernel_name(op) ELSE op END,
+    coalesce(input_shapes, ''), coalesce(input_dtypes, ''), coalesce(context, ''))), 1, 16)"""
 
 
 def register_functions(con: duckdb.DuckDBPyConnection) -> None:
     """Add ``xprosql_memory_access``, ``xprosql_collective``, ``xprosql_launch_kind``, ``xprosql_gpu_work``,
-    ``xprosql_severity``, ``xprosql_duration``, ``xprosql_torch_cost`` and ``hardware_models`` to a DuckDB
-    connection."""
+    ``xprosql_severity``, ``xprosql_duration``, ``xprosql_kernel_name``, ``xprosql_op_key``, ``xprosql_torch_cost``,
+    ``xprosql_tensor_bytes`` and ``hardware_models`` to a DuckDB connection."""
     con.execute(f"CREATE MACRO _xprosql_collective_kind(raw) AS {_COLLECTIVE_KINDS}")
     con.execute("CREATE MACRO xprosql_collective(name, category) AS "
                 f"_xprosql_collective_kind(lower(regexp_replace({_COLLECTIVE_NAME}, '[^A-Za-z]', '', 'g')))")
@@ -201,11 +222,17 @@ def register_functions(con: duckdb.DuckDBPyConnection) -> None:
     con.execute(f"CREATE MACRO xprosql_gpu_work(category) AS coalesce(category, '') NOT IN ({_NOT_GPU_WORK})")
     con.execute(f"CREATE MACRO xprosql_severity(share) AS {_SEVERITY}")
     con.execute(f"CREATE MACRO xprosql_duration(ps) AS {_DURATION}")
+    con.execute(f"CREATE MACRO xprosql_kernel_name(name) AS {_KERNEL_NAME}")
+    con.execute(f"CREATE MACRO xprosql_op_key(source, op, input_shapes, input_dtypes, context) AS {_OP_KEY}")
     con.create_function(  # type: ignore[call-overload]  # duckdb's stubs know no arrow UDF
         "xprosql_memory_access", _memory_access_udf, ["BLOB"], _SQL_TYPE, type="arrow", side_effects=False
     )
     con.create_function(  # type: ignore[call-overload]
         "xprosql_torch_cost", _torch_cost_udf, ["VARCHAR"] * 4, _TORCH_COST_SQL_TYPE, type="arrow", side_effects=False,
+        null_handling="special",
+    )
+    con.create_function(  # type: ignore[call-overload]
+        "xprosql_tensor_bytes", _tensor_bytes_udf, ["VARCHAR"] * 2, "BIGINT", type="arrow", side_effects=False,
         null_handling="special",
     )
     con.register("hardware_models", hardware_models_table())

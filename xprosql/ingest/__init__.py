@@ -1,7 +1,8 @@
 """Ingest profiler output into a warehouse.
 
 One module per source format turns a file into Arrow record batches (:mod:`xprosql.ingest.xspace`,
-:mod:`xprosql.ingest.kineto`, :mod:`xprosql.ingest.hlo`, :mod:`xprosql.ingest.counters`);
+:mod:`xprosql.ingest.kineto`, :mod:`xprosql.ingest.rocprof`, :mod:`xprosql.ingest.hlo`,
+:mod:`xprosql.ingest.counters`);
 :mod:`xprosql.ingest.batch` finds the files, names the profiles and commits them. This package's face
 hands on the batch module's public names.
 

@@ -374,6 +374,7 @@ def parse_hlo_proto(data: bytes, *, program_id: int | None) -> tuple[dict[str, A
                     "derived_flops": cost.flops if cost else None,
                     "derived_transcendentals": cost.transcendentals if cost else None,
                     "derived_bytes_accessed": cost.bytes_accessed if cost else None,
+                    "derived_cost_source": cost.source if cost else None,
                 }
             )
 

@@ -21,9 +21,29 @@ embedded ``HloModuleProto`` with the rules of XLA's own cost analysis
 * bytes of any other op: the sizes of its operands plus its result, with
   XLA's exceptions (parameters, constants, tuples, bitcasts, slices, ...).
 
-``custom-call`` is opaque: its cost is unknown (None). Sizes are dense element
-counts times element width (no TPU tile padding); tuples count 8 bytes per
-element pointer, as XLA's CPU backend does.
+A ``custom-call`` is opaque to XLA; its cost comes from the best source there
+is, in this order, and :attr:`Cost.source` says which (``hlo`` for the rules above):
+
+1. ``declared``: what the kernel's author declared: a Pallas / Mosaic TPU kernel's
+   ``cost_estimate`` (flops, transcendentals, bytes_accessed) in the backend config of
+   its ``tpu_custom_call``. ``triton_gemm``: a fusion XLA hands to Triton as a GEMM
+   (backend config kind ``__triton_gemm``, ``__triton_nested_gemm_fusion``, ...):
+   2·M·N·K of the dots in its body (batch included, no epilogue), bytes its operands
+   plus its results.
+2. ``library``: a known library call, by target and operand shapes:
+   fused attention (cuDNN ``__cudnn$fmha*``, Transformer Engine ``te_fused_attn_*``,
+   which ROCm builds run on CK kernels; forward and backward, causal, GQA) by
+   :func:`xprosql.models.torch_costs.attention_cost`; cuBLAS / hipBLASLt GEMMs
+   (``__cublas$gemm``, ``__cublas$lt$matmul*``: 2 x output elements x the contracting
+   size); cuDNN / MIOpen convolutions (``__cudnn$conv*``: the convolution rule above on
+   the call's input, filter and output, which a backward call swaps). Bytes: the
+   attention formula's, else operands plus results (a trailing u8/s8 workspace left out).
+3. ``operand_bytes``: any other custom call: bytes of its operands and results, a lower
+   bound (a kernel may read an input more than once), and FLOPs and transcendentals
+   unknown (None).
+
+Sizes are dense element counts times element width (no TPU tile padding); tuples
+count 8 bytes per element pointer, as XLA's CPU backend does.
 
 Example:
     >>> costs = instruction_costs(module_proto)                     # doctest: +SKIP
@@ -33,13 +53,21 @@ Example:
 
 from __future__ import annotations
 
+import json
 import math
-from collections.abc import Iterable
+import re
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from typing import Any, Literal
 
+from xprosql.models.torch_costs import attention_cost
 from xprosql.protos import hlo_pb2
 
-__all__ = ["Cost", "instruction_costs", "module_cost", "shape_bytes", "shape_elements"]
+__all__ = ["COST_SOURCES", "Cost", "CostSource", "instruction_costs", "module_cost", "shape_bytes", "shape_elements"]
+
+CostSource = Literal["hlo", "declared", "triton_gemm", "library", "operand_bytes"]
+# Best first: the order in which a custom call's sources are tried (hlo: XLA's rules, for every other op).
+COST_SOURCES: tuple[CostSource, ...] = ("declared", "triton_gemm", "library", "hlo", "operand_bytes")
 
 _PT = hlo_pb2.PrimitiveType
 _POINTER_BYTES = 8  # what a tuple's index table costs per element on CPU
@@ -76,11 +104,12 @@ _APPLY_KEYS = ("flops", "transcendentals")
 
 @dataclass
 class Cost:
-    """Cost of one execution of an instruction. ``None`` means unknown (custom-call)."""
+    """Cost of one execution of an instruction (FLOP, bytes). ``None`` means unknown (an opaque custom call)."""
 
     flops: int | None = 0
     transcendentals: int | None = 0
     bytes_accessed: int | None = 0
+    source: CostSource = "hlo"  # where the numbers come from (module docstring); add() keeps the caller's
 
     def add(self, other: Cost, *, scale: int = 1, keys: Iterable[str] = ("flops", "transcendentals", "bytes_accessed")) -> None:
         for key in keys:
@@ -237,7 +266,7 @@ class _Analysis:
                 cost.flops = a.shape.dimensions[-1] * shape_elements(a.shape) // 3
                 cost.bytes_accessed = operand_bytes[0]
         elif op == "fusion":
-            cost = self._fusion(hlo, called)
+            cost = self._fusion(cid, hlo, called)
         elif op in _CALLERS and called:
             cost = Cost()
             cost.add(self.total(called[0]))
@@ -247,10 +276,11 @@ class _Analysis:
                 cost.add(self.total(computation_id))
         elif op == "conditional":
             branches = [self.total(c) for c in called]
-            cost = Cost(*(max((getattr(b, k) or 0) for b in branches) if branches else 0
-                          for k in ("flops", "transcendentals", "bytes_accessed")))
+            flops, transcendentals, nbytes = (max((getattr(b, k) or 0) for b in branches) if branches else 0
+                                              for k in ("flops", "transcendentals", "bytes_accessed"))
+            cost = Cost(flops, transcendentals, nbytes)
         elif op == "custom-call":
-            cost = Cost(flops=None, transcendentals=None, bytes_accessed=None)
+            cost = self._custom_call(cid, hlo)
         return cost
 
     def _apply(self, cid: int, hlo: hlo_pb2.HloInstructionProto, called: list[int], cost: Cost) -> None:
@@ -307,26 +337,64 @@ class _Analysis:
         lhs, rhs = self.operand(cid, hlo, 0), self.operand(cid, hlo, 1)
         if lhs is None or rhs is None:
             return 0
-        dn = hlo.convolution_dimension_numbers
-        in_features = lhs.shape.dimensions[dn.input_feature_dimension]
-        out_features = hlo.shape.dimensions[dn.output_feature_dimension]
-        batch = lhs.shape.dimensions[dn.input_batch_dimension]
-        positions = 1
-        for i, w in enumerate(hlo.window.dimensions):
-            positions *= _valid_positions(
-                input_size=lhs.shape.dimensions[dn.input_spatial_dimensions[i]],
-                kernel_size=rhs.shape.dimensions[dn.kernel_spatial_dimensions[i]],
-                output_size=hlo.shape.dimensions[dn.output_spatial_dimensions[i]],
-                window=w,
-            )
-        groups = hlo.feature_group_count or 1
-        batch_groups = hlo.batch_group_count or 1
-        return _FMA_FLOPS * (in_features // groups) * out_features * (batch // batch_groups) * positions
+        return _convolution_flops(hlo, lhs.shape, rhs.shape, hlo.shape)
 
-    def _fusion(self, hlo: hlo_pb2.HloInstructionProto, called: list[int]) -> Cost:
+    # -- custom calls and Triton GEMM fusions ----------------------------------
+
+    def _custom_call(self, cid: int, hlo: hlo_pb2.HloInstructionProto) -> Cost:
+        operands = [self.operand(cid, hlo, i) for i in range(len(hlo.operand_ids))]
+        shapes = [o.shape if o is not None else None for o in operands]
+        config = _backend_config(hlo)
+        outputs = _outputs(hlo.shape)
+        for rule in (_declared_cost, _library_cost):
+            try:
+                cost = rule(hlo, shapes, outputs, config)
+            except (IndexError, KeyError, ValueError, TypeError, ZeroDivisionError):
+                cost = None  # a config or shapes the rule cannot read: the next source, not the module's costs lost
+            if cost is not None:
+                return cost
+        read = sum(_leaf_bytes(shape) for shape in shapes if shape is not None)
+        return Cost(flops=None, transcendentals=None, bytes_accessed=read + sum(_array_bytes(o) for o in outputs),
+                    source="operand_bytes")
+
+    def _triton_gemm(self, cid: int, hlo: hlo_pb2.HloInstructionProto, body: hlo_pb2.HloComputationProto) -> Cost | None:
+        """A fusion XLA runs as a Triton GEMM: the dots of its body (nested fusions included), read once."""
+        kind = _fusion_kind(hlo)
+        if not kind.startswith("__triton") or not ("gemm" in kind or "dot" in kind):
+            return None
+        flops = self._dot_flops(body.id, set())
+        if flops is None:
+            return None
+        operands = (self.operand(cid, hlo, i) for i in range(len(hlo.operand_ids)))
+        operand_bytes = sum(_leaf_bytes(o.shape) for o in operands if o is not None)
+        written = sum(_array_bytes(leaf) for _, leaf in _array_leaves(hlo.shape))
+        return Cost(flops=flops, transcendentals=0, bytes_accessed=operand_bytes + written, source="triton_gemm")
+
+    def _dot_flops(self, computation_id: int, seen: set[int]) -> int | None:
+        """FLOPs of the dots in a computation and what it calls; None when it holds no dot."""
+        computation = self.computations.get(computation_id)
+        if computation is None or computation_id in seen:
+            return None
+        seen.add(computation_id)
+        total: int | None = None
+        for inner in computation.instructions:
+            found: int | None = None
+            if inner.opcode == "dot":
+                found = self.cost(computation_id, inner).flops or 0
+            elif inner.opcode in ("fusion", "call"):
+                nested = [self._dot_flops(c, seen) for c in inner.called_computation_ids]
+                found = sum(n for n in nested if n is not None) if any(n is not None for n in nested) else None
+            if found is not None:
+                total = (total or 0) + found
+        return total
+
+    def _fusion(self, cid: int, hlo: hlo_pb2.HloInstructionProto, called: list[int]) -> Cost:
         if not called or called[0] not in self.computations:
             return Cost(flops=None, transcendentals=None, bytes_accessed=None)
         body = self.computations[called[0]]
+        triton = self._triton_gemm(cid, hlo, body)
+        if triton is not None:
+            return triton
         if hlo.fusion_kind == "kCustom":
             # A custom fusion around a gather or scatter costs what that op costs.
             for inner in body.instructions:
@@ -390,6 +458,270 @@ class _Analysis:
             elif not trivial_seen:
                 trivial_seen, read = True, read + size  # other readers share one read
         return read
+
+
+def _leaf_bytes(shape: hlo_pb2.ShapeProto) -> int:
+    """Bytes of every array of a shape (a tuple's elements, not its index table)."""
+    return sum(_array_bytes(leaf) for _, leaf in _array_leaves(shape))
+
+
+def _outputs(shape: hlo_pb2.ShapeProto) -> list[hlo_pb2.ShapeProto]:
+    """A custom call's results, less the scratch buffer libraries return last (a 1-D u8 / s8 array)."""
+    leaves = [leaf for _, leaf in _array_leaves(shape)]
+    if shape.element_type == _PT.TUPLE and len(leaves) > 1:
+        last = leaves[-1]
+        if last.element_type in (_PT.U8, _PT.S8) and len(last.dimensions) == 1:
+            leaves.pop()
+    return leaves
+
+
+def _element_bytes(shape: hlo_pb2.ShapeProto) -> int:
+    return max(_BITS.get(shape.element_type, 8) // 8, 1)
+
+
+_MLIR_ATTRIBUTE = re.compile(r'\s*([A-Za-z_][\w.]*)\s*=\s*("(?:[^"\\]|\\.)*"|[^,]*?)\s*(?::\s*[\w<>]+)?\s*(?:,|$)')
+
+
+def _mlir_value(text: str) -> Any:
+    if text in ("true", "false"):
+        return text == "true"
+    if text.startswith('"'):
+        return text[1:-1]
+    for parse in (int, float):
+        try:
+            return parse(text)
+        except ValueError:
+            continue
+    return text
+
+
+def _backend_config(hlo: hlo_pb2.HloInstructionProto) -> dict[str, Any]:
+    """A backend config as a dict: JSON (XLA's GPU configs, Pallas) or an MLIR attribute dictionary
+    (``{attn_heads = 16 : i64, ...}``, what FFI custom calls such as Transformer Engine's carry); {} otherwise."""
+    raw = hlo.backend_config
+    if not raw:
+        return {}
+    text = raw.decode("utf-8", errors="replace").strip()
+    if not text.startswith("{") or not text.endswith("}"):
+        return {}
+    try:
+        value = json.loads(text)
+        return value if isinstance(value, dict) else {}
+    except ValueError:
+        pass
+    inner = text[1:-1].strip()
+    return {m.group(1): _mlir_value(m.group(2).strip()) for m in _MLIR_ATTRIBUTE.finditer(inner) if m.group(1)}
+
+
+def _fusion_kind(hlo: hlo_pb2.HloInstructionProto) -> str:
+    config = _backend_config(hlo).get("fusion_backend_config")
+    kind = config.get("kind") if isinstance(config, dict) else None
+    return kind if isinstance(kind, str) else ""
+
+
+def _count(value: Any) -> int | None:
+    """A non-negative integer of a config (JSON writes int64 as a string)."""
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, str):
+        try:
+            value = int(value)
+        except ValueError:
+            return None
+    return value if isinstance(value, int) and value >= 0 else None
+
+
+def _ints(values: Any) -> list[int] | None:
+    if not isinstance(values, list):
+        return None
+    out = [_count(v) for v in values]
+    return None if any(v is None for v in out) else [v for v in out if v is not None]
+
+
+_Shapes = Sequence[hlo_pb2.ShapeProto | None]
+
+
+def _declared_cost(hlo: hlo_pb2.HloInstructionProto, shapes: _Shapes, outputs: list[hlo_pb2.ShapeProto],
+                   config: dict[str, Any]) -> Cost | None:
+    """A Pallas / Mosaic kernel's ``cost_estimate``: what its author declared."""
+    inner = config.get("custom_call_config")
+    estimate = (inner if isinstance(inner, dict) else config).get("cost_estimate")
+    if not isinstance(estimate, dict):
+        return None
+    flops, transcendentals, nbytes = (_count(estimate.get(k)) for k in ("flops", "transcendentals", "bytes_accessed"))
+    if flops is None and nbytes is None:
+        return None
+    return Cost(flops=flops, transcendentals=transcendentals, bytes_accessed=nbytes, source="declared")
+
+
+def _library_cost(hlo: hlo_pb2.HloInstructionProto, shapes: _Shapes, outputs: list[hlo_pb2.ShapeProto],
+                  config: dict[str, Any]) -> Cost | None:
+    target = hlo.custom_call_target
+    flops: int | None = None
+    nbytes: int | None = None
+    if target.startswith("__cudnn$fmha"):
+        found = _cudnn_attention(target, shapes, config)
+        flops, nbytes = found if found is not None else (None, None)
+    elif target in _TE_ATTENTION:
+        found = _te_attention(_TE_ATTENTION[target], shapes, config)
+        flops, nbytes = found if found is not None else (None, None)
+    elif target.startswith("__cublas$"):
+        flops = _gemm_flops(shapes, outputs, config)
+    elif target in _CONVOLUTIONS and hlo.HasField("convolution_dimension_numbers") and outputs:
+        flops = _library_convolution_flops(hlo, _CONVOLUTIONS[target], shapes, outputs[0])
+    if flops is None:
+        return None
+    if nbytes is None:
+        nbytes = sum(_leaf_bytes(s) for s in shapes if s is not None) + sum(_array_bytes(o) for o in outputs)
+    return Cost(flops=flops, transcendentals=0, bytes_accessed=nbytes, source="library")
+
+
+def _gemm_flops(shapes: _Shapes, outputs: list[hlo_pb2.ShapeProto], config: dict[str, Any]) -> int | None:
+    """cuBLAS / hipBLASLt: 2 x output elements x the contracting size (alpha, beta and epilogues not counted)."""
+    gemm = config.get("gemm_backend_config")
+    numbers = gemm.get("dot_dimension_numbers") if isinstance(gemm, dict) else None
+    contracting = _ints(numbers.get("lhs_contracting_dimensions")) if isinstance(numbers, dict) else None
+    lhs = shapes[0] if shapes else None
+    if contracting is None or lhs is None or not outputs or any(d >= len(lhs.dimensions) for d in contracting):
+        return None
+    return _FMA_FLOPS * shape_elements(outputs[0]) * math.prod(lhs.dimensions[d] for d in contracting)
+
+
+# Which of a cuDNN / MIOpen convolution call's shapes is the convolution's input, filter and output.
+_CONVOLUTIONS = {
+    "__cudnn$convForward": "forward", "__cudnn$convBiasActivationForward": "forward",
+    "__cudnn$convForwardGraph": "forward", "__cudnn$convBackwardInput": "backward_input",
+    "__cudnn$convBackwardFilter": "backward_filter",
+}
+
+
+def _library_convolution_flops(hlo: hlo_pb2.HloInstructionProto, kind: str, shapes: _Shapes,
+                               result: hlo_pb2.ShapeProto) -> int | None:
+    first, second = (shapes[0], shapes[1]) if len(shapes) > 1 else (None, None)
+    if first is None or second is None:
+        return None
+    # The call's dimension numbers and window are the forward convolution's (XLA's GpuConvConfig).
+    roles = {"forward": (first, second, result), "backward_input": (result, second, first),
+             "backward_filter": (first, result, second)}
+    return _convolution_flops(hlo, *roles[kind])
+
+
+def _tensor_sizes(shape: hlo_pb2.ShapeProto | None, batch: list[int] | None, contracting: list[int] | None,
+                  ) -> tuple[int, int, int, int] | None:
+    """(batch, heads, contracted, free) of a 4-D attention operand from one of its GEMMs' dimension numbers."""
+    if shape is None or batch is None or contracting is None or len(shape.dimensions) != 4:
+        return None
+    if len(batch) != 2 or len(contracting) != 1 or len({*batch, *contracting}) != 3 or max(*batch, *contracting) > 3:
+        return None
+    free = ({0, 1, 2, 3} - {*batch, *contracting}).pop()
+    dims = shape.dimensions
+    return dims[batch[0]], dims[batch[1]], dims[contracting[0]], dims[free]
+
+
+def _cudnn_attention(target: str, shapes: _Shapes, config: dict[str, Any]) -> tuple[int, int] | None:
+    """cuDNN fused attention (``__cudnn$fmha*``): Q, K, V are its first operands, laid out as the GEMMs' dimension
+    numbers in its backend config say (JAX writes BTNH or BNTH)."""
+    fmha = config.get("cudnn_fmha_backend_config")
+    if not isinstance(fmha, dict) or len(shapes) < 3:
+        return None
+    backward = "Backward" in target
+    # (GEMM, side, is the contracted dimension the sequence?) for Q, K and V.
+    plan = ((("bmm1_grad_gemm1", "rhs", True), ("bmm1_grad_gemm2", "rhs", True), ("bmm2_grad_gemm2", "rhs", False))
+            if backward else (("bmm1", "lhs", False), ("bmm1", "rhs", False), ("bmm2", "rhs", True)))
+    sizes = []
+    for shape, (gemm, side, seq_contracted) in zip(shapes, plan):
+        numbers = fmha.get(f"{gemm}_dot_dimension_numbers")
+        if not isinstance(numbers, dict):
+            return None
+        found = _tensor_sizes(shape, _ints(numbers.get(f"{side}_batch_dimensions")),
+                              _ints(numbers.get(f"{side}_contracting_dimensions")))
+        if found is None:
+            return None
+        b, h, contracted, free = found
+        sizes.append((b, h, contracted, free) if seq_contracted else (b, h, free, contracted))  # (B, H, N, d)
+    (b, hq, nq, dqk), (bk, hkv, nkv, dk), (bv, hv, nv, dv) = sizes
+    window = _count(fmha.get("sliding_window_length", 0))
+    mask = fmha.get("mask_type", "NO_MASK")
+    if b != bk or b != bv or hkv != hv or nkv != nv or dqk != dk or window != 0 or mask not in _CUDNN_MASKS:
+        return None
+    query = shapes[0]
+    assert query is not None
+    return attention_cost(batch=b, heads_q=hq, heads_kv=hkv, seq_q=nq, seq_kv=nkv, head_dim_qk=dqk, head_dim_v=dv,
+                          causal=_CUDNN_MASKS[mask], backward=backward, bytes_per_element=_element_bytes(query))
+
+
+# cuDNN mask types (JAX's MaskType names) and whether they are causal; ALIBI is a bias, all positions count.
+_CUDNN_MASKS = {"NO_MASK": False, "PADDING": False, "CAUSAL": True, "PADDING_CAUSAL": True, "ALIBI": False}
+
+# Transformer Engine's JAX custom calls (FFI ones carry their attributes), and whether each is the backward.
+_TE_ATTENTION = {"te_fused_attn_forward_ffi": False, "te_fused_attn_backward_ffi": True,
+                 "te_fused_attn_forward": False, "te_fused_attn_backward": True}
+# NVTE_QKV_Layout: the tensors Q, K, V come in (one packed QKV, Q and a packed KV, or three), each as its
+# dimensions: B batch, S sequence, H heads, D head size; 3 and 2 the packing. THD (ragged) and paged layouts
+# are not here: their sequence lengths are in the data, not the shapes.
+_TE_LAYOUTS = {
+    0: ("SB3HD",), 1: ("SBH3D",), 2: ("SBHD", "SB2HD"), 3: ("SBHD", "SBH2D"), 4: ("SBHD", "SBHD", "SBHD"),
+    5: ("BS3HD",), 6: ("BSH3D",), 7: ("BSHD", "BS2HD"), 8: ("BSHD", "BSH2D"), 9: ("BSHD", "BSHD", "BSHD"),
+    15: ("SBHD", "BSHD", "BSHD"), 16: ("BSHD", "SBHD", "SBHD"),
+}
+# NVTE_Mask_Type: no mask, padding, causal, padding + causal, and both aligned to the bottom right.
+_TE_CAUSAL = {0: False, 1: False, 2: True, 3: True, 4: True, 5: True}
+
+
+def _te_attention(backward: bool, shapes: _Shapes, config: dict[str, Any]) -> tuple[int, int] | None:
+    """Transformer Engine's fused attention (cuDNN on NVIDIA, CK or AOTriton on AMD): Q, K, V are its first
+    operands (empty when packed into the first), laid out as its ``qkv_layout`` attribute says."""
+    layout_id = _count(config.get("qkv_layout"))
+    layout = _TE_LAYOUTS.get(layout_id) if layout_id is not None else None
+    mask = _count(config.get("mask_type"))
+    if layout is None or mask not in _TE_CAUSAL:
+        return None
+    # A sliding window is not modelled: only (-1, -1), or (-1, 0) that TE writes for a causal mask.
+    if config.get("window_size_left", -1) != -1 or config.get("window_size_right", -1) not in (-1, 0):
+        return None
+    tensors: list[dict[str, int]] = []
+    for labels, shape in zip(layout, shapes):
+        if shape is None or len(shape.dimensions) != len(labels):
+            return None
+        tensors.append(dict(zip(labels, shape.dimensions)))
+    if len(tensors) != len(layout):
+        return None
+    q = tensors[0]
+    k = tensors[1] if len(tensors) > 1 else q
+    v = tensors[2] if len(tensors) > 2 else k
+    sizes = {"input_batch": q["B"], "attn_heads": q["H"], "num_gqa_groups": k["H"], "q_max_seqlen": q["S"],
+             "kv_max_seqlen": k["S"], "qk_head_dim": q["D"], "v_head_dim": v["D"]}
+    # The attributes, where present, must tell the same story as the shapes.
+    if any(name in config and _count(config[name]) != size for name, size in sizes.items()):
+        return None
+    if q["B"] != k["B"] or k["B"] != v["B"] or k["H"] != v["H"] or k["S"] != v["S"] or q["D"] != k["D"]:
+        return None
+    query = shapes[0]
+    assert query is not None
+    return attention_cost(batch=q["B"], heads_q=q["H"], heads_kv=k["H"], seq_q=q["S"], seq_kv=k["S"],
+                          head_dim_qk=q["D"], head_dim_v=v["D"], causal=_TE_CAUSAL[mask], backward=backward,
+                          bytes_per_element=_element_bytes(query))
+
+
+def _convolution_flops(hlo: hlo_pb2.HloInstructionProto, lhs: hlo_pb2.ShapeProto, rhs: hlo_pb2.ShapeProto,
+                       out: hlo_pb2.ShapeProto) -> int:
+    """A convolution's FLOPs from its input, filter and output shapes and the instruction's dimension numbers,
+    window and group counts."""
+    dn = hlo.convolution_dimension_numbers
+    in_features = lhs.dimensions[dn.input_feature_dimension]
+    out_features = out.dimensions[dn.output_feature_dimension]
+    batch = lhs.dimensions[dn.input_batch_dimension]
+    positions = 1
+    for i, w in enumerate(hlo.window.dimensions):
+        positions *= _valid_positions(
+            input_size=lhs.dimensions[dn.input_spatial_dimensions[i]],
+            kernel_size=rhs.dimensions[dn.kernel_spatial_dimensions[i]],
+            output_size=out.dimensions[dn.output_spatial_dimensions[i]],
+            window=w,
+        )
+    groups = hlo.feature_group_count or 1
+    batch_groups = hlo.batch_group_count or 1
+    return _FMA_FLOPS * (in_features // groups) * out_features * (batch // batch_groups) * positions
 
 
 def _valid_positions(*, input_size: int, kernel_size: int, output_size: int, window: hlo_pb2.WindowDimension) -> int:

@@ -174,6 +174,9 @@ CHIPS: tuple[Chip, ...] = (
     Chip("MI300A", "gpu", r"mi300a", 980.6 * _T, 5300 * _G, 128 * _G, 122.6 * _T, peak_fp8_flops_per_s=1961.2 * _T),
     Chip("MI300X", "gpu", r"mi300x", 1307.4 * _T, 5300 * _G, 192 * _G, 163.4 * _T, peak_fp8_flops_per_s=2614.9 * _T),
     Chip("MI325X", "gpu", r"mi325x", 1307.4 * _T, 6000 * _G, 256 * _G, 163.4 * _T, peak_fp8_flops_per_s=2614.9 * _T),
+    # MI350X (not in docs/reference.md): MI355X's gfx950 with 256 CUs at 2.2 GHz against 2.4 (air-cooled, 1,000 W);
+    # AMD's data sheet: 2.3 PFLOP/s dense fp16/bf16 (256 CUs x 4,096 FLOP per clock), 4.6 fp8, 144.2 TFLOP/s fp32.
+    Chip("MI350X", "gpu", r"mi350x", 2306.9 * _T, 8000 * _G, 288 * _G, 144.2 * _T, peak_fp8_flops_per_s=4613.7 * _T),
     Chip("MI355X", "gpu", r"mi355x", 2500 * _T, 8000 * _G, 288 * _G, 157.3 * _T, peak_fp8_flops_per_s=5000 * _T),
 )
 

@@ -141,7 +141,7 @@ from functools import partial
 from math import prod
 from typing import Literal, NamedTuple
 
-__all__ = ["RULES", "OpCost", "Precision", "op_cost", "op_costs"]
+__all__ = ["RULES", "OpCost", "Precision", "attention_cost", "op_cost", "op_costs", "tensor_bytes", "tensor_bytes_of_json"]
 
 Precision = Literal["fp8", "bf16", "fp16", "fp32", "fp64", "int8", "int"]
 
@@ -489,25 +489,49 @@ def _conv_backward(a: _Args) -> _Cost:
 # Attention
 
 
+def attention_cost(*, batch: int, heads_q: int, heads_kv: int, seq_q: int, seq_kv: int, head_dim_qk: int,
+                   head_dim_v: int, causal: bool, backward: bool, bytes_per_element: int) -> tuple[int, int] | None:
+    """FLOPs and bytes of one attention call (the ``attention`` and ``attention_backward`` rules above), from
+    its sizes: Q (batch, heads_q, seq_q, head_dim_qk), K (batch, heads_kv, seq_kv, head_dim_qk), V (batch,
+    heads_kv, seq_kv, head_dim_v); bytes at ``bytes_per_element`` (Q's dtype). None when the sizes do not fit
+    the formula: no K/V head, heads_q not a multiple of heads_kv, or a causal mask that is not square.
+    Fused-attention library calls (cuDNN, Transformer Engine, CK: :mod:`xprosql.ingest.hlo_cost`) use it too.
+
+    Example:
+        >>> attention_cost(batch=1, heads_q=2, heads_kv=2, seq_q=4, seq_kv=4, head_dim_qk=8, head_dim_v=8,
+        ...                causal=False, backward=False, bytes_per_element=2)
+        (1024, 512)
+    """
+    b, hq, hkv, nq, nkv, dqk, dv = batch, heads_q, heads_kv, seq_q, seq_kv, head_dim_qk, head_dim_v
+    if hkv < 1 or hq % hkv:
+        return None
+    # Which half of a non-square causal mask is kept depends on the library: not modelled.
+    if causal and nq != nkv:
+        return None
+    pairs = b * hq * nq * nkv  # query-key pairs
+    q, k, v, out = b * hq * nq * dqk, b * hkv * nkv * dqk, b * hkv * nkv * dv, b * hq * nq * dv
+    if backward:
+        # With grouped queries each dK and dV element sums H_q/H_kv heads' contributions.
+        flops = 2 * pairs * (3 * dqk + 2 * dv) + b * hkv * nkv * (dqk + dv) * (hq // hkv - 1)
+        elements = 2 * (q + k + v) + out
+    else:
+        flops = 2 * pairs * (dqk + dv)
+        elements = q + k + v + out
+    return flops // 2 if causal else flops, elements * bytes_per_element
+
+
 def _attention(a: _Args, *, query: int, bnhd: bool, causal_at: int, backward: bool) -> _Cost:
     q, k, v = a.tensor(query), a.tensor(query + 1), a.tensor(query + 2)
     _need(len(q.shape) == len(k.shape) == len(v.shape) == 4)
     order = (0, 2, 1, 3) if bnhd else (0, 1, 2, 3)
     (b, hq, nq, dqk), (bk, hkv, nkv, dk), (bv, hv, nv, dv) = (tuple(t.shape[i] for i in order) for t in (q, k, v))
-    _need(b == bk == bv and hkv == hv and nkv == nv and dqk == dk and hkv >= 1 and hq % hkv == 0)
-    causal = a.flag(causal_at)
-    # Which half of a non-square causal mask is kept depends on the library: not modelled.
-    _need(not causal or nq == nkv)
-    pairs = b * hq * nq * nkv  # query-key pairs
-    out = b * hq * nq * dv
-    if backward:
-        # With grouped queries each dK and dV element sums H_q/H_kv heads' contributions.
-        flops = 2 * pairs * (3 * dqk + 2 * dv) + b * hkv * nkv * (dqk + dv) * (hq // hkv - 1)
-        elements = 2 * (q.numel + k.numel + v.numel) + out
-    else:
-        flops = 2 * pairs * (dqk + dv)
-        elements = q.numel + k.numel + v.numel + out
-    return flops // 2 if causal else flops, elements * q.dtype.bpe, _precision(q.dtype, k.dtype, v.dtype)
+    _need(b == bk == bv and hkv == hv and nkv == nv and dqk == dk)
+    cost = attention_cost(batch=b, heads_q=hq, heads_kv=hkv, seq_q=nq, seq_kv=nkv, head_dim_qk=dqk, head_dim_v=dv,
+                          causal=a.flag(causal_at), backward=backward, bytes_per_element=q.dtype.bpe)
+    if cost is None:
+        raise _Unfit
+    flops, nbytes = cost
+    return flops, nbytes, _precision(q.dtype, k.dtype, v.dtype)
 
 
 # Elementwise and reductions
@@ -800,6 +824,41 @@ def op_cost(name: str, input_dims: Sequence[object] | None, input_types: Sequenc
     except _Unfit:
         return None
     return OpCost(flops, nbytes, entry.rule, precision, entry.composite)
+
+
+def tensor_bytes(input_dims: Sequence[object] | None, input_types: Sequence[object] | None) -> int | None:
+    """Bytes of the tensor arguments of one call: each tensor's elements times its dtype's bytes, once.
+
+    What a compiled kernel (a torch.compile / Inductor Triton kernel's launch, whose ``Input Dims`` are its
+    pointer arguments) moves at the least when it declares nothing: an in-place argument is counted once, a
+    tensor read twice once. None when no argument is a tensor of a known dtype or the lists do not match.
+
+    Example:
+        >>> tensor_bytes([[8, 4096], [4096], []], ["c10::BFloat16", "float", "Scalar"])
+        81920
+    """
+    if not isinstance(input_dims, (list, tuple)) or not isinstance(input_types, (list, tuple)):
+        return None
+    if len(input_dims) != len(input_types):
+        return None
+    total, tensors = 0, 0
+    for dims, kind in zip(input_dims, input_types):
+        dtype = _DTYPES.get(kind.lower()) if isinstance(kind, str) else None
+        if dtype is None or not isinstance(dims, (list, tuple)) or not all(type(d) is int and d >= 0 for d in dims):
+            continue  # a scalar, None, or a TensorList (its shapes are lists)
+        total, tensors = total + prod(dims) * dtype.bpe, tensors + 1
+    return total if tensors else None
+
+
+def tensor_bytes_of_json(input_dims_json: Iterable[str | None], input_types_json: Iterable[str | None]) -> list[int | None]:
+    """:func:`tensor_bytes` over parallel columns of the args as JSON text (or None); malformed JSON gives None."""
+    out: list[int | None] = []
+    for dims, types in zip(input_dims_json, input_types_json, strict=True):
+        try:
+            out.append(tensor_bytes(_parsed(dims), _parsed(types)))
+        except _Unfit:
+            out.append(None)
+    return out
 
 
 def _parsed(text: str | None) -> list[object] | None:

@@ -108,7 +108,7 @@ def _strings(frame: pl.LazyFrame) -> pl.LazyFrame:
 def _cost_source() -> pl.Expr:
     """The cost source of a group of ops, by precedence (sql/ops/roofline.sql)."""
     expr: Any = pl
-    for source in ("profile", "hlo", "trace", "shapes"):
+    for source in ("profile", "declared", "triton_gemm", "library", "hlo", "trace", "shapes", "operand_bytes"):
         expr = expr.when((pl.col("cost_source") == source).any()).then(pl.lit(source))
     return expr.otherwise(None).alias("cost_source")
 
@@ -286,12 +286,29 @@ def roofline_polars(
     metadata_breakdowns = _breakdown_frame(metadata_rows.rows(), ["profile_id", "device_id", "metadata_id"]).with_columns(pl.col("device_id").cast(pl.Int32))
     event_breakdowns = _breakdown_frame(event_rows.rows(), ["profile_id", "event_id"])
 
+    hlo_ops = table("hlo_ops")
+    if "derived_cost_source" not in hlo_ops.collect_schema().names():  # files written before it: XLA's rules
+        hlo_ops = hlo_ops.with_columns(pl.lit(None, pl.String).alias("derived_cost_source"))
     hlo = (
-        table("hlo_ops").group_by("profile_id", "program_id", "hlo_op")
+        hlo_ops.group_by("profile_id", "program_id", "hlo_op")
         .agg(pl.col("opcode").drop_nulls().first(), pl.col("derived_flops").drop_nulls().first(),
-             pl.col("derived_bytes_accessed").drop_nulls().first())
+             pl.col("derived_bytes_accessed").drop_nulls().first(),
+             pl.col("derived_cost_source").drop_nulls().first().fill_null("hlo"))
         .collect()
     )
+    # An HLO op's derived costs count once per execution: on a GPU, with the first kernel of each run of its
+    # kernels on a stream (ops/_op_stats.sql).
+    line_order = ["profile_id", "device_id", "track_id"]
+    executions = (
+        op_events.filter((pl.col("device_kind") == "gpu") & pl.col("start_ps").is_not_null())
+        .sort([*line_order, "start_ps", "event_id"])
+        .with_columns(
+            (pl.col("hlo_op").shift(1).over(line_order).ne_missing(pl.col("hlo_op"))
+             | pl.col("program_id").shift(1).over(line_order).ne_missing(pl.col("program_id"))).alias("first_of_execution"))
+        .filter(pl.col("hlo_op").is_not_null())
+        .select("profile_id", "event_id", "first_of_execution")
+    )
+    derived_weight = pl.col("first_of_execution").fill_null(True).cast(pl.Int64)
 
     space_cols = ["hbm_each", "vmem_read_each", "vmem_write_each", "cmem_read_each", "cmem_write_each"]
     costed = (
@@ -301,13 +318,15 @@ def roofline_polars(
         .join(event_breakdowns, on=["profile_id", "event_id"], how="left")
         .join(metadata_breakdowns, on=["profile_id", "device_id", "metadata_id"], how="left", suffix="_md")
         .join(windows, on=["profile_id", "event_id"], how="left")
+        .join(executions, on=["profile_id", "event_id"], how="left")
         .with_columns(
             (pl.col("dur_ps") - pl.col("children_ps").fill_null(0)).clip(lower_bound=0).alias("self_ps"),
-            pl.coalesce("flops", "derived_flops").alias("flops_each"),
-            pl.coalesce("bytes_accessed", "derived_bytes_accessed").alias("bytes_each"),
+            pl.coalesce("flops", pl.col("derived_flops") * derived_weight).alias("flops_each"),
+            pl.coalesce("bytes_accessed", pl.col("derived_bytes_accessed") * derived_weight).alias("bytes_each"),
             pl.when(pl.col("torch_cost_source").is_not_null()).then(pl.col("torch_cost_source"))
             .when(pl.col("flops").is_not_null() | pl.col("bytes_accessed").is_not_null()).then(pl.lit("profile"))
-            .when(pl.col("derived_flops").is_not_null() | pl.col("derived_bytes_accessed").is_not_null()).then(pl.lit("hlo"))
+            .when(pl.col("derived_flops").is_not_null() | pl.col("derived_bytes_accessed").is_not_null())
+            .then(pl.col("derived_cost_source"))
             .otherwise(None).alias("cost_source"),
             # The event's breakdown wins over its metadata's, as for promoted stats.
             *[pl.when(pl.col("has_breakdown").is_not_null()).then(pl.col(c)).otherwise(pl.col(f"{c}_md")).fill_null(0).alias(c)
@@ -345,7 +364,8 @@ def roofline_polars(
     torch_profiles = table("framework_op_kernels").select("profile_id").unique().collect()["profile_id"].to_list()
     torch_cpu = (
         table("framework_op_stats")
-        .filter(pl.col("cost_source").is_in(["trace", "shapes"]) & ~pl.col("profile_id").is_in(torch_profiles)
+        .filter(pl.col("cost_source").is_in(["declared", "trace", "shapes", "operand_bytes"])
+                & ~pl.col("profile_id").is_in(torch_profiles)
                 & ~pl.col("profile_id").is_in(accelerated))
         .collect()
     )
@@ -461,7 +481,10 @@ def roofline_polars(
     utilizations = ["flop_utilization", "hbm_utilization", "cmem_read_utilization", "cmem_write_utilization",
                     "vmem_read_utilization", "vmem_write_utilization"]
     labels = ["compute", "HBM", "CMEM read", "CMEM write", "VMEM read", "VMEM write"]
-    out = out.with_columns(pl.max_horizontal([pl.col(c).fill_null(0) for c in utilizations]).alias("max_utilization"))
+    # Without FLOPs (operand_bytes: bytes only) no side of the ridge can be told (sql/ops/roofline.sql).
+    out = out.with_columns(pl.when(pl.col("flops").is_null()).then(0.0)
+                           .otherwise(pl.max_horizontal([pl.col(c).fill_null(0) for c in utilizations]))
+                           .alias("max_utilization"))
     bound: Any = pl.when(pl.col("max_utilization") <= 0).then(pl.lit("unknown"))
     for column, label in zip(utilizations, labels):
         bound = bound.when(pl.col(column) == pl.col("max_utilization")).then(pl.lit(label))
