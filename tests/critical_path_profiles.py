@@ -13,6 +13,10 @@
      pandas 3 by label: the step window came out NaN or wrong).
 * :func:`sleep_job_profiles`: a small CPU PyTorch training job profiled with torch.profiler, with a known sleep
   inside a known ``record_function``, and the same job without the sleep (session fixture in the test module).
+* :func:`make_sync_job_profiles`: a 2-rank gloo DDP job whose steps cycle through four known structures: a sleep
+  in a known op on rank 0 before an added sync (``dist.barrier()``), the sync alone, work on both ranks on either
+  side of the sync, and that work without the sync (:data:`SYNC_VARIANTS`), so that a what-if on one structure can
+  be checked against the measured steps of another, in the same run.
 """
 
 from __future__ import annotations
@@ -177,3 +181,100 @@ def hta_step_instances(trace: Any) -> dict[int | None, int | None]:
         if stream == -1:
             found[int(table[name].split("#")[1])] = instance
     return found or {None: None}
+
+
+# --- a 2-rank gloo job with a known sleep and an added sync ------------------------------------
+
+SYNC_RANKS = 2
+SYNC_SCHEDULE = {"wait": 1, "warmup": 1, "active": 12}
+SYNC_BASE_S = 0.1   # every rank's forward sleeps this long (a stand-in for compute: steady against the 2 cores' noise)
+SYNC_SLEEP_S = 0.15  # rank 0's busy wait inside SLEEP_OP, before the barrier, in "sleep" steps
+SYNC_WORK_S = 0.15  # the busy wait of rank 0 before and of rank 1 after the barrier, in "work" steps (longer than
+#                    the forward's sleep, so it is the top op of its segment of the path)
+# Step N (ProfilerStep#N, N = 2..13) runs variant N % 4:
+SYNC_VARIANTS = {0: "sleep", 1: "sync", 2: "work_sync", 3: "work"}
+# sleep:      rank 0 sleeps SYNC_SLEEP_S in SLEEP_OP, then every rank enters dist.barrier()
+# sync:       dist.barrier() alone (the control of "sleep": the sleep removed)
+# work_sync:  rank 0 busy SYNC_WORK_S in SLEEP_OP, dist.barrier(), rank 1 busy SYNC_WORK_S in SLEEP_OP: the barrier
+#             makes rank 1 wait for rank 0's work before its own (about 2 x SYNC_WORK_S)
+# work:       the same work without the barrier (the control of "work_sync": the sync removed): the two ranks'
+#             work overlaps until DDP's all-reduce joins them (about 1 x SYNC_WORK_S)
+
+_SYNC_PROGRAM = textwrap.dedent(
+    """
+    import datetime, json, os, sys, time
+    import torch
+    from torch import nn
+    import torch.distributed as dist
+    from torch.nn.parallel import DistributedDataParallel
+
+    @torch.library.custom_op("xprosql_cp::sleepy", mutates_args=())
+    def sleepy(x: torch.Tensor, seconds: float) -> torch.Tensor:
+        end = time.perf_counter() + seconds
+        while time.perf_counter() < end:
+            pass
+        return x.clone()
+
+    @sleepy.register_fake
+    def _(x, seconds):
+        return torch.empty_like(x)
+
+    sleepy.register_autograd(lambda ctx, grad: (grad, None))
+
+    class Paced(nn.Module):
+        def __init__(self, inner, base_s):
+            super().__init__()
+            self.inner, self.base_s = inner, base_s
+
+        def forward(self, x):
+            time.sleep(self.base_s)
+            return self.inner(x)
+
+    logdir, schedule = sys.argv[1], json.loads(sys.argv[2])
+    base_s, sleep_s, work_s = float(sys.argv[3]), float(sys.argv[4]), float(sys.argv[5])
+    rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo", rank=rank, world_size=world, timeout=datetime.timedelta(seconds=60))
+    try:
+        torch.manual_seed(0)
+        model = DistributedDataParallel(Paced(nn.Sequential(nn.Linear(128, 256), nn.ReLU(), nn.Linear(256, 10)), base_s))
+        opt = torch.optim.SGD(model.parameters(), lr=0.01)
+        x, y = torch.randn(64, 128), torch.randn(64, 10)
+        steps = schedule["wait"] + schedule["warmup"] + schedule["active"]
+        with torch.profiler.profile(
+            activities=[torch.profiler.ProfilerActivity.CPU], schedule=torch.profiler.schedule(**schedule),
+            on_trace_ready=torch.profiler.tensorboard_trace_handler(logdir, worker_name=f"rank{rank}"),
+        ) as prof:
+            for step in range(steps):
+                variant = step % 4
+                opt.zero_grad()
+                h = model(x)
+                before = after = 0.0
+                if variant == 0 and rank == 0:
+                    before = sleep_s
+                if variant in (2, 3):
+                    before, after = (work_s, 0.0) if rank == 0 else (0.0, work_s)
+                h = torch.ops.xprosql_cp.sleepy(h, before)
+                if variant in (0, 1, 2):
+                    dist.barrier()
+                h = torch.ops.xprosql_cp.sleepy(h, after)
+                loss = nn.functional.mse_loss(h, y)
+                loss.backward()
+                opt.step()
+                prof.step()
+        dist.barrier()
+    finally:
+        dist.destroy_process_group()
+    """
+)
+
+
+def make_sync_job_profiles(logdir: Path, *, timeout_s: float = 180.0) -> list[Path]:
+    """Run the 2-rank gloo job of :data:`SYNC_VARIANTS` on the CPU; return its ranks' ``*.pt.trace.json``, rank 0
+    first (steps 2..13 of :data:`SYNC_SCHEDULE`)."""
+    from wild_profiles import _require, run_gloo_ranks
+
+    _require("torch", "torch==2.13.0")
+    return run_gloo_ranks(_SYNC_PROGRAM, [json.dumps(SYNC_SCHEDULE), str(SYNC_BASE_S), str(SYNC_SLEEP_S),
+                                          str(SYNC_WORK_S)], Path(logdir), SYNC_RANKS, label="gloo sync job",
+                          timeout_s=timeout_s)

@@ -143,3 +143,86 @@ def test_removing_the_sleep_predicts_the_steps_without_it(sleep_job: xprosql.Run
     # The replay propagates: the steps without the sleep do not move more than the op's own little time.
     control = replayed.filter(~sleepy)["length_ps"] / steps.filter(~sleepy)["length_ps"]
     assert (control > 0.95).all()
+
+
+# --- XSpace: a GPU profile (CUPTI launches) and a TPU profile (XLA ops, enqueues), against the raw protobuf ----
+
+
+def _xspace(path: Any) -> Any:
+    from xprosql.protos import xplane_pb2
+
+    space = xplane_pb2.XSpace()
+    space.ParseFromString(path.read_bytes())
+    return space
+
+
+@pytest.fixture(scope="module")
+def xspace_run(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    from conftest import GPU_SAMPLE, TPU_SAMPLE
+
+    root = tmp_path_factory.mktemp("critical_path_xspace")
+    assert xprosql.ingest([GPU_SAMPLE, TPU_SAMPLE], into=root / "run").ok
+    run = xprosql.load(root / "run")
+    ids = dict(run.engine.sql("SELECT CASE WHEN source_path LIKE '%tpu%' THEN 'tpu' ELSE 'gpu' END, profile_id "
+                              "FROM profiles").rows())
+    return {"run": run, "ids": ids, "steps": critical_path(run.engine).pl(),
+            "graph": critical_path_graph(run.engine).pl(), "gpu": GPU_SAMPLE, "tpu": TPU_SAMPLE}
+
+
+def test_tpu_path_is_the_longest_core_timeline(xspace_run: dict[str, Any]) -> None:
+    # The TPU graph orders each core's XLA ops: its longest path is the longest core timeline, from its first op (or
+    # the enqueue that launched it) to its last op. The cores' spans, from the XLA Ops lines of the protobuf itself.
+    spans, busy = {}, {}
+    for plane in _xspace(xspace_run["tpu"]).planes:
+        if not plane.name.startswith("/device:TPU:"):
+            continue
+        for line in plane.lines:
+            if line.name == "XLA Ops" and line.events:
+                starts = [line.timestamp_ns * 1000 + e.offset_ps for e in line.events]
+                ends = [s + e.duration_ps for s, e in zip(starts, line.events, strict=True)]
+                spans[plane.name] = max(ends) - min(starts)
+                busy[plane.name] = sum(e.duration_ps for e in line.events)
+    row = xspace_run["steps"].filter(pl.col("profile_id") == xspace_run["ids"]["tpu"]).row(0, named=True)
+    critical = max(spans, key=spans.__getitem__)
+    assert spans[critical] <= row["length_ps"] <= spans[critical] * 1.001, (row["length_ps"], spans)
+    # Where the core waited for the host to enqueue a program, the gap is launch overhead, else a kernel-kernel gap.
+    gaps = row["gpu_kernel_kernel_overhead_ps"] + row["gpu_kernel_launch_overhead_ps"]
+    assert gaps == pytest.approx(spans[critical] - busy[critical], abs=row["length_ps"] - spans[critical] + 1)
+    assert row["gpu_kernel_launch_overhead_ps"] > 0
+    op_ps = row["gpu_compute_bound_ps"] + row["gpu_communication_bound_ps"]
+    assert op_ps == pytest.approx(busy[critical], rel=0.001)
+    assert any("transfer time is not recorded" in m for m in row["missing_edges"])
+    assert any("call stacks are not in the graph" in m for m in row["missing_edges"])
+    kinds = set(xspace_run["graph"].filter(pl.col("profile_id") == xspace_run["ids"]["tpu"])["edge_kind"])
+    assert kinds == {"operator", "kernel_kernel_delay", "kernel_launch_delay", "sync_dependency"}
+
+
+def test_xspace_gpu_graph_holds_the_kernels_cupti_launched_in_the_step(xspace_run: dict[str, Any]) -> None:
+    # Independent walk: host events with a correlation_id stat in the step window, and the stream events of the GPU
+    # planes that share their correlation id.
+    space = _xspace(xspace_run["gpu"])
+    steps = xspace_run["steps"].filter(pl.col("profile_id") == xspace_run["ids"]["gpu"])
+    assert steps.height == 1
+    row = steps.row(0, named=True)
+    origin = min(line.timestamp_ns * 1000 + e.offset_ps for p in space.planes for line in p.lines for e in line.events)
+
+    def correlations(plane: Any, line: Any, inside: bool) -> set[int]:
+        stat_id = next((k for k, m in plane.stat_metadata.items() if m.name == "correlation_id"), None)
+        found = set()
+        for e in line.events:
+            start = line.timestamp_ns * 1000 + e.offset_ps - origin
+            if inside and not (row["window_start_ps"] <= start <= row["window_end_ps"] and e.duration_ps > 0):
+                continue
+            for s in e.stats:
+                if s.metadata_id == stat_id:
+                    found.add(s.uint64_value or s.int64_value)
+        return found
+
+    launched = set().union(*[correlations(p, line, True) for p in space.planes if p.name == "/host:CPU" for line in p.lines])
+    gpu_ops = set().union(*[correlations(p, line, False) for p in space.planes if p.name.startswith("/device:GPU")
+                            for line in p.lines if line.name.startswith("Stream #")])
+    graph = xspace_run["graph"].filter((pl.col("profile_id") == xspace_run["ids"]["gpu"])
+                                       & pl.col("bound_by").is_in(["gpu_compute_bound", "gpu_communication_bound"]))
+    assert graph.height == len(launched & gpu_ops) > 0
+    assert row["gpu_compute_bound_ps"] > 0 and row["cpu_bound_ps"] > 0
+    assert any(m.startswith("XSpace: launches are the host events CUPTI correlates") for m in row["missing_edges"])

@@ -17,10 +17,9 @@ import datetime as dt
 import os
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import duckdb
-import polars as pl
 
 from xprosql.engine import Engine, Result
 from xprosql.engine.dask import DaskBackend
@@ -32,9 +31,13 @@ from xprosql.queries import diagnose as _diagnose
 from xprosql.queries import export_trace as _export
 from xprosql.queries import fleet as _fleet
 from xprosql.queries import hta as _hta
+from xprosql.queries import job_critical_path as _job_critical_path
 from xprosql.queries import roofline as _roofline
 from xprosql.queries import utilization as _utilization
 from xprosql.queries._params import Profiles, given
+
+if TYPE_CHECKING:
+    import polars as pl
 from xprosql.queries.bottlenecks import Scope
 from xprosql.queries.diagnose import Severity
 from xprosql.queries.fleet import Cohort, CompareBy
@@ -102,6 +105,8 @@ class Run:
 
     def table(self, name: str) -> pl.LazyFrame:
         """A table as a Polars LazyFrame over the same files (``profile_id`` included)."""
+        import polars as pl  # here, not at the top: an analysis printed by the CLI needs no Polars
+
         if name not in TABLES:
             raise UnknownTableError(f"unknown table {name!r}; tables are {', '.join(TABLES)}")
         scan = self.engine.table(name)
@@ -362,6 +367,34 @@ class Run:
         return _critical_path.critical_path_edges(self.engine, profiles=profiles, include_last_step=include_last_step,
                                                   us_rounding=us_rounding, launch_calls=launch_calls, changes=changes)
 
+    def job_critical_path(self, *, profiles: Profiles = None, changes: Mapping[str | int, float] | None = None,
+                          like_median: _job_critical_path.LikeMedian | None = None,
+                          remove: Sequence[str | int] | None = None, overlap_communication: bool = False) -> Result:
+        """The critical path of each job step across its ranks (``xprosql.queries.job_critical_path``: the ranks'
+        graphs joined through their collective instances): one row per job and step with the step time (ps), its
+        breakdown, the ranks and op that held the job; with changes, the step replayed over the graph (what-if).
+
+        Example:
+            >>> run.job_critical_path(like_median="slowest").pl().select("step", "baseline_ps", "length_ps")  # doctest: +SKIP
+            >>> run.job_critical_path(remove=["c10d::barrier"]).pl()                                      # doctest: +SKIP
+        """
+        return _job_critical_path.job_critical_path(self.engine, profiles=profiles, changes=changes,
+                                                    like_median=like_median, remove=remove,
+                                                    overlap_communication=overlap_communication)
+
+    def job_critical_path_segments(self, *, profiles: Profiles = None,
+                                   changes: Mapping[str | int, float] | None = None,
+                                   like_median: _job_critical_path.LikeMedian | None = None,
+                                   remove: Sequence[str | int] | None = None,
+                                   overlap_communication: bool = False) -> Result:
+        """The job critical path of each step as segments in order: a rank's stretch (its top op), a collective
+        the job waited for (its last member), a late start; replayed times from the step's start (ps)."""
+        return _job_critical_path.job_critical_path_segments(self.engine, profiles=profiles, changes=changes,
+                                                             like_median=like_median, remove=remove,
+                                                             overlap_communication=overlap_communication)
+
+    # -- HTA ----------------------------------------------------------------------------------------
+
     def temporal_breakdown(self, *, profiles: Profiles = None, include_last_step: bool | None = None,
                            us_rounding: bool | None = None) -> Result:
         """HTA's temporal breakdown per GPU: idle, compute, non-compute, ps (``sql/hta/temporal_breakdown.sql``)."""
@@ -501,9 +534,9 @@ class Run:
 
     def what_if(self, *, profiles: Profiles = None, min_matched: int | None = None) -> Result:
         """Per job and step (and per job): the step time if the step's worst rank ran like the median rank, and
-        the saving (ps, share 0..1) (``sql/jobs/what_if.sql``)."""
-        return self.engine.analysis("jobs.what_if", profiles=profiles,
-                                    **({} if min_matched is None else {"min_matched": min_matched}))
+        the saving (ps, share 0..1) (``sql/jobs/what_if.sql``), replayed over the job's critical-path graph where
+        the job has one (``method`` replay: Kineto ranks), else the subtraction estimate (``method`` subtraction)."""
+        return _job_critical_path.job_what_if(self.engine, profiles=profiles, min_matched=min_matched)
 
     # -- timeline export ----------------------------------------------------------------------------
 

@@ -43,6 +43,9 @@
 -- is an end, else the op enclosing both; a kernel-kernel gap: the previous op); a launch
 -- delay names the launching call, a sync edge the synchronising call.
 --
+-- XSpace GPU profiles (critical_path._nodes): the launches are the host events CUPTI correlates with a GPU
+-- op, counted in the stream queue; there are no cuda_sync events, so no sync_dependency edges.
+--
 -- missing_edges says, per window, which edges the trace cannot give: no cuda_sync events
 -- (PyTorch records them with experimental_config=_ExperimentalConfig(enable_cuda_sync_events=
 -- True)): no sync_dependency edges, a blocking call's wait then counts as 0 and the path
@@ -52,7 +55,7 @@
 -- (HTA links one); the queue does not count cudaGraphLaunch, so its kernels get no launch
 -- delay, only kernel-kernel gaps; a trace without GPU ops (CPU edges only).
 --
--- Needs: a Kineto (PyTorch profiler) trace with CPU ops or runtime calls
+-- Needs: a Kineto (PyTorch profiler) trace with CPU ops or runtime calls, or an XSpace profile with GPU kernels
 --
 -- Parameters:
 --   $launch_calls  VARCHAR  which calls count as launches in the stream queue: all (hta.queue_length's: every cu*/cuda*LaunchKernel*, runFunction and xprosql_launch_kind's CUDA and HIP calls) or hta (HTA 0.5's exact names, which miss cuLaunchKernelEx, as cuBLAS uses on Blackwell, and most HIP launches: their ops then get kernel-kernel gaps instead of launch delays) [choices: all, hta] (default: 'all')
@@ -87,7 +90,8 @@ hta_gpu_ops AS (
 ),
 params AS (SELECT CAST($us_rounding AS BOOLEAN) AS us_rounding),
 chosen_profiles AS (
-    SELECT p.profile_id, p.start_ns FROM profiles AS p WHERE p.format = 'kineto'
+    SELECT p.profile_id, p.start_ns, p.format FROM profiles AS p
+    WHERE p.profile_id IN (SELECT DISTINCT profile_id FROM critical_path_nodes)
 ),
 windows AS (
     SELECT DISTINCT profile_id, rank, step_index, step, step_name, window_start_ps, window_end_ps FROM critical_path_nodes
@@ -156,6 +160,7 @@ queued AS (
                                       'hipMemcpyWithStream')
                ELSE regexp_matches(g.launch_name, '(cuda.*LaunchKernel)|(cuLaunchKernel)|(^runFunction)')
                     OR xprosql_launch_kind(g.launch_name) IS NOT NULL END
+          OR g.launch_api = 'launch'
 ),
 queue_changes AS (
     SELECT profile_id, device_id, stream_id, event_id, launch_start_ps AS ts_ps, 1 AS delta FROM queued
@@ -329,7 +334,9 @@ lacks AS (
              FROM sync_events AS s WHERE s.profile_id = p.profile_id AND s.sync_kind IN ('Event Sync', 'Stream Wait Event')
                AND NOT EXISTS (SELECT 1 FROM record_sources AS r WHERE r.profile_id = s.profile_id AND r.record_corr = s.record_corr)),
             (SELECT CASE WHEN count(*) > 0 THEN printf('kernel_launch_delay: %d ops of graph launches link to their one launch call, without launch delays', count(*)) END
-             FROM hta_gpu_ops AS g WHERE g.profile_id = p.profile_id AND g.launch_name IN ('cudaGraphLaunch', 'hipGraphLaunch'))
+             FROM hta_gpu_ops AS g WHERE g.profile_id = p.profile_id AND g.launch_name IN ('cudaGraphLaunch', 'hipGraphLaunch')),
+            CASE WHEN p.format = 'xspace'
+                 THEN 'XSpace: launches are the host events CUPTI correlates with a GPU op (no CUDA runtime calls by name): no call is known to block, and a launch delay is from that event' END
         ], lambda x: x IS NOT NULL) AS missing_edges
     FROM chosen_profiles AS p
 )

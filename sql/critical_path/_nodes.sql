@@ -3,6 +3,14 @@
 -- a Kineto trace: a start and an end node per CPU op, runtime / driver call and GPU kernel,
 -- copy and memset of the step window.
 --
+-- XSpace GPU profiles (JAX, TensorFlow: GPU planes with kernels on streams) get the same graph from what
+-- their stats allow: CPU nodes are the host's events (every event of a host thread line, each thread a
+-- call stack; category host_event), the launches are the host events CUPTI correlates with a kernel or
+-- copy (api_calls launch, the correlation_id stat), and windows are their steps (steps.steps from a Steps
+-- line, group_id or step annotations: a step over every device, from its first start to its last end).
+-- XSpace has no CUDA runtime calls by name: no call is known to block (no blocking nodes) and there are
+-- no cuda_sync events (critical_path._edges says so in missing_edges).
+--
 -- Windows: each ProfilerStep#N instance as steps.steps gives it (source profiler_step; its
 -- step_index, step and step_name), else the whole profile as one window (step NULL). HTA's
 -- clipping: CPU events (cpu_op, cuda_runtime, cuda_driver on the host) whose start lies in
@@ -24,7 +32,7 @@
 -- ProfilerStep are left out, as HTA's loader drops them (its graph then has no last step).
 -- Node ids: 2 x events.event_id for a start, + 1 for an end (unique in a profile).
 --
--- Needs: a Kineto (PyTorch profiler) trace with CPU ops or runtime calls
+-- Needs: a Kineto (PyTorch profiler) trace with CPU ops or runtime calls, or an XSpace profile with GPU kernels
 --
 -- Parameters:
 --
@@ -45,7 +53,7 @@
 --   event_start_ps  BIGINT  the event's start, ps
 --   event_dur_ps  BIGINT  the event's duration, ps (rounded with $us_rounding)
 --   node_kind  VARCHAR  cpu (op or runtime/driver call) or gpu (kernel, copy, memset)
---   category  VARCHAR  cpu_op, cuda_runtime, cuda_driver (Kineto's cat), kernel, memcpy or memset
+--   category  VARCHAR  cpu_op, cuda_runtime, cuda_driver (Kineto's cat), host_event (an XSpace host event), kernel, memcpy or memset
 --   name  VARCHAR  event name
 --   device_id  INTEGER  devices.device_id: the host of a CPU event, the GPU of a GPU op
 --   track_id  INTEGER  tracks.track_id: the thread of a CPU event, the stream line of a GPU op
@@ -64,11 +72,14 @@ steps_steps AS (
 ),
 params AS (SELECT CAST($us_rounding AS BOOLEAN) AS us_rounding),
 chosen_profiles AS (
-    SELECT p.profile_id, p.rank, p.start_ns, p.duration_ps FROM profiles AS p WHERE p.format = 'kineto'
+    SELECT p.profile_id, p.rank, p.start_ns, p.duration_ps, p.format FROM profiles AS p
+    WHERE p.format = 'kineto'
+       OR (p.format = 'xspace' AND p.profile_id IN (SELECT profile_id FROM hta_gpu_ops WHERE launch_api = 'launch'))
 ),
 -- Whole microseconds since the epoch, as HTA has them, back to ps (hta._gpu_ops's rule).
 cpu_events AS (
-    SELECT e.profile_id, e.event_id, e.device_id, e.track_id, e.name, e.category, e.correlation_id,
+    SELECT e.profile_id, e.event_id, e.device_id, e.track_id, e.name,
+        CASE WHEN p.format = 'kineto' THEN e.category ELSE 'host_event' END AS category, e.correlation_id,
         CASE WHEN x.us_rounding THEN ((p.start_ns + e.start_ps // 1000 + 999) // 1000 * 1000 - p.start_ns) * 1000
              ELSE e.start_ps END AS s_ps,
         CASE WHEN x.us_rounding THEN ((p.start_ns + (e.start_ps + e.dur_ps) // 1000) // 1000 * 1000 - p.start_ns) * 1000
@@ -77,13 +88,24 @@ cpu_events AS (
     JOIN chosen_profiles AS p USING (profile_id)
     JOIN devices AS d USING (profile_id, device_id)
     CROSS JOIN params AS x
-    WHERE d.kind <> 'gpu' AND e.category IN ('cpu_op', 'cuda_runtime', 'cuda_driver')
+    WHERE CASE WHEN p.format = 'kineto' THEN d.kind <> 'gpu' AND e.category IN ('cpu_op', 'cuda_runtime', 'cuda_driver')
+               ELSE d.kind = 'host' END
       AND e.start_ps IS NOT NULL AND e.dur_ps IS NOT NULL
 ),
 step_windows AS (
     SELECT DISTINCT s.profile_id, s.step_index, s.step, s.step_name, s.start_ps, s.end_ps
-    FROM steps_steps AS s JOIN chosen_profiles USING (profile_id)
-    WHERE s.source = 'profiler_step'
+    FROM steps_steps AS s JOIN chosen_profiles AS p USING (profile_id)
+    WHERE s.source = 'profiler_step' AND p.format = 'kineto'
+    UNION ALL
+    -- XSpace: a step over every device that marks it.
+    SELECT profile_id, row_number() OVER (PARTITION BY profile_id ORDER BY start_ps, step) - 1, step, step_name, start_ps,
+        end_ps
+    FROM (
+        SELECT s.profile_id, s.step, any_value(s.step_name) AS step_name, min(s.start_ps) AS start_ps, max(s.end_ps) AS end_ps
+        FROM steps_steps AS s JOIN chosen_profiles AS p USING (profile_id)
+        WHERE p.format = 'xspace' AND s.source IN ('steps_line', 'group_id', 'step_annotation') AND s.step IS NOT NULL
+        GROUP BY s.profile_id, s.step
+    )
 ),
 raw_windows AS (
     SELECT profile_id, step_index, step, step_name, start_ps, end_ps FROM step_windows

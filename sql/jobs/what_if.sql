@@ -15,6 +15,9 @@
 -- delay_imposed_ps, never negative. It assumes the others wait in
 -- each collective (synchronous collectives on the critical path); where they overlap the wait with
 -- other work, the saving is smaller, so this is an upper bound on what fixing the straggler gains.
+-- Where the job's ranks are Kineto traces, run.what_if() (xprosql.queries.job_critical_path.job_what_if)
+-- replaces this estimate by a replay over the job's critical-path graph (critical_path.job_graph): the worst
+-- rank's compute scaled to the median rank's, the step propagated again; its rows say which (method).
 --
 -- One row per job and step (scope step), and one per job (scope job: the steps summed; its
 -- worst_member is the member with the largest delay over the job).
@@ -41,6 +44,7 @@
 --   what_if_step_ps  BIGINT  job_step_ps - worst_delay_ps: the step time with the worst rank running like the median one, ps
 --   saving_ps  BIGINT  job_step_ps - what_if_step_ps, ps
 --   saving_share  DOUBLE  saving_ps / job_step_ps, 0..1
+--   method  VARCHAR  how the saving is estimated: subtraction (this module: the worst rank's imposed delay, an upper bound); run.what_if() replays it over the job's critical-path graph where the job has one (replay; xprosql.queries.job_critical_path)
 WITH stragglers AS (
 -- @include jobs.stragglers
 ),
@@ -71,6 +75,7 @@ SELECT job_id, scope, step, CAST(steps AS BIGINT) AS steps, CAST(ranks AS BIGINT
     median_delay_ps,
     CAST(job_step_ps - worst_delay_ps AS BIGINT) AS what_if_step_ps,
     CAST(worst_delay_ps AS BIGINT) AS saving_ps,
-    worst_delay_ps / nullif(job_step_ps, 0) AS saving_share
+    worst_delay_ps / nullif(job_step_ps, 0) AS saving_share,
+    'subtraction' AS method
 FROM rows
 ORDER BY job_id, scope DESC, step

@@ -12,7 +12,9 @@ best end node in topological order), and broken down by HTA's categories.
   (shares in [0, 1], summing to 1 when the length is above 0), the graph's size and what the trace lacks for
   HTA's edges (``missing_edges``).
 * :func:`critical_path_edges`: the path itself, edge by edge in order, with the op each edge's time belongs to.
-* :func:`critical_path_graph`: the whole graph's edges (``sql/critical_path/_edges.sql``).
+* :func:`critical_path_graph`: the whole graph's edges (``sql/critical_path/_edges.sql``; for XSpace TPU profiles
+  ``_tpu_edges.sql``, the graph their stats allow: XLA ops in order on each core, program enqueues, async pairs,
+  with what it cannot express in ``missing_edges``).
 * ``changes=`` (both): a what-if replay: the weight of every edge attributed to a named op (or event id) is
   scaled by a factor (0 removes the op's own time, 0.5 makes it twice as fast) and the longest path is taken
   again over the same graph, propagating rather than subtracting: another path may become critical.
@@ -33,7 +35,7 @@ Example:
 from __future__ import annotations
 
 import heapq
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 import numpy as np
@@ -41,10 +43,12 @@ import pyarrow as pa
 
 from xprosql.engine import Engine, Result
 from xprosql.engine.connection import query, snapshot_connection
+from xprosql.engine.executor import SHARE_EVENTS
 from xprosql.engine.library import used_parameters
 from xprosql.queries._params import Profiles, given
 
-__all__ = ["BOUND_BY", "critical_path", "critical_path_edges", "critical_path_graph"]
+__all__ = ["BOUND_BY", "COMPILED_EDGES", "critical_path", "critical_path_edges", "critical_path_graph", "longest_path",
+           "replay"]
 
 # HTA's bound_by categories, in its order.
 BOUND_BY = ("cpu_bound", "gpu_compute_bound", "gpu_communication_bound", "gpu_kernel_kernel_overhead",
@@ -73,13 +77,43 @@ _PATH_SCHEMA = pa.schema([
 
 def critical_path_graph(engine: Engine, *, profiles: Profiles = None, include_last_step: bool | None = True,
                         us_rounding: bool | None = None, launch_calls: str | None = None) -> Result:
-    """Every edge of HTA's critical-path graph of every step (``sql/critical_path/_edges.sql``)."""
+    """Every edge of the critical-path graph of every step: HTA's for Kineto traces and XSpace GPU profiles
+    (``sql/critical_path/_edges.sql``), what the stats allow for XSpace TPU profiles (``_tpu_edges.sql``: the
+    options do not apply there)."""
+    parts = list(_graphs(engine, profiles, include_last_step=include_last_step, us_rounding=us_rounding,
+                         launch_calls=launch_calls))
+    rows = pa.concat_tables(parts, promote_options="permissive") if len(parts) > 1 else parts[0]
+    return Result.from_arrow(rows, description="critical_path._edges")
+
+
+def _graphs(engine: Engine, profiles: Profiles, **options: Any) -> Iterator[pa.Table]:
+    """The graph's edges share by share (shares of whole profiles of about SHARE_EVENTS events, one after another,
+    so a fleet's graphs never sit in memory at once); every share's table has the same columns."""
+    snapshot = engine.restricted(profiles)
     module = "critical_path._edges"
     text = engine.library.text(module)
-    bound = engine.library.bind(module, given(include_last_step=include_last_step, us_rounding=us_rounding,
-                                                   launch_calls=launch_calls))
-    con = snapshot_connection(engine.restricted(profiles))
-    return Result(query(con, text, used_parameters(text, bound)), connection=con, description=module)
+    bound = engine.library.bind(module, given(**options))
+    tpu_text = engine.library.text("critical_path._tpu_edges")
+    counts = dict(engine.connection.execute(
+        "SELECT p.profile_id, p.n_events FROM profiles AS p WHERE list_contains($p, p.profile_id)",
+        {"p": list(snapshot.profile_ids)}).fetchall())
+    tpus = {r[0] for r in engine.connection.execute(
+        "SELECT DISTINCT profile_id FROM devices WHERE kind = 'tpu' AND list_contains($p, profile_id)",
+        {"p": list(snapshot.profile_ids)}).fetchall()}
+    events = sum(int(n or 0) for n in counts.values())
+    shares = snapshot.shares(max(1, -(-events // SHARE_EVENTS))) if snapshot.profile_ids else [snapshot]
+    schema = None
+    for share in shares:
+        con = snapshot_connection(share)
+        try:
+            tables = [query(con, text, used_parameters(text, bound)).to_arrow_table()]
+            if tpus & set(share.profile_ids):
+                tables.append(query(con, tpu_text, {}).to_arrow_table())
+        finally:
+            con.close()
+        table = pa.concat_tables(tables, promote_options="permissive") if len(tables) > 1 else tables[0]
+        schema = schema or table.schema
+        yield table.cast(schema)
 
 
 def critical_path(engine: Engine, *, profiles: Profiles = None, include_last_step: bool | None = True,
@@ -92,10 +126,10 @@ def critical_path(engine: Engine, *, profiles: Profiles = None, include_last_ste
     ``graph_nodes``, ``graph_edges`` and ``missing_edges`` (what the trace lacks for HTA's edges).
     ``changes``: op name or event id -> factor on its attributed time, a what-if replay (module docstring).
     """
-    steps, _ = _solve(critical_path_graph(engine, profiles=profiles, include_last_step=include_last_step,
-                                          us_rounding=us_rounding, launch_calls=launch_calls).arrow(),
-                      changes, want_path=False)
-    return Result.from_arrow(steps, description="critical_path")
+    steps = [_solve(part, changes, want_path=False)[0]
+             for part in _graphs(engine, profiles, include_last_step=include_last_step, us_rounding=us_rounding,
+                                 launch_calls=launch_calls)]
+    return Result.from_arrow(pa.concat_tables(steps), description="critical_path")
 
 
 def critical_path_edges(engine: Engine, *, profiles: Profiles = None, include_last_step: bool | None = True,
@@ -103,10 +137,10 @@ def critical_path_edges(engine: Engine, *, profiles: Profiles = None, include_la
                         changes: Mapping[str | int, float] | None = None) -> Result:
     """The critical path of each step, one row per edge in order (``position`` from 0): its nodes, kind, weight
     (as counted: negative weights 0, scaled by ``changes``), the event its time belongs to and its bound_by."""
-    _, path = _solve(critical_path_graph(engine, profiles=profiles, include_last_step=include_last_step,
-                                         us_rounding=us_rounding, launch_calls=launch_calls).arrow(),
-                     changes, want_path=True)
-    return Result.from_arrow(path, description="critical_path_edges")
+    paths = [_solve(part, changes, want_path=True)[1]
+             for part in _graphs(engine, profiles, include_last_step=include_last_step, us_rounding=us_rounding,
+                                 launch_calls=launch_calls)]
+    return Result.from_arrow(pa.concat_tables(paths), description="critical_path_edges")
 
 
 def _solve(edges: pa.Table, changes: Mapping[str | int, float] | None,
@@ -155,85 +189,154 @@ def _factors(frame: Any, changes: Mapping[str | int, float] | None) -> np.ndarra
     A change names an op by name or events.event_id. It scales the edges attributed to the op and, for a CPU op,
     every CPU edge of its thread between its start and its end (the ops it calls, its inclusive time): "this op
     2x faster" speeds up what it does, callees included. A GPU op named is scaled alone (its kernel time).
+    ``frame``: edges with profile_id, step_index, src_node, dst_node, src_ts_ps, dst_ts_ps, device_id, track_id,
+    event_id, name and bound_by (critical_path._edges, _rank_graph or job_graph rows).
     """
     factor = np.ones(frame.height)
-    if not changes:
+    if not changes or frame.height == 0:
         return factor
     import polars as pl
 
-    wanted_ids = [k for k in changes if isinstance(k, int)]
-    named = frame.filter(pl.col("event_id").is_in(wanted_ids) | pl.col("name").is_in([k for k in changes if isinstance(k, str)]))
-    by_event: dict[tuple[Any, ...], float] = {}
-    for row in named.select("profile_id", "step_index", "event_id", "name").unique().iter_rows():
-        by_event[row[:3]] = float(changes[row[2]] if row[2] in changes else changes[row[3]])
-    if not by_event:
+    by_id = {k: float(v) for k, v in changes.items() if isinstance(k, int)}
+    by_name = {k: float(v) for k, v in changes.items() if isinstance(k, str)}
+    keyed = frame.select("profile_id", "step_index", "event_id", "name").with_row_index("_row")
+    # A change by id wins over one by name (the more specific).
+    ids = pl.DataFrame({"event_id": list(by_id), "_f_id": list(by_id.values())},
+                       schema={"event_id": pl.Int64, "_f_id": pl.Float64})
+    names = pl.DataFrame({"name": list(by_name), "_f_name": list(by_name.values())},
+                         schema={"name": pl.String, "_f_name": pl.Float64})
+    named = (keyed.join(ids, on="event_id", how="left").join(names, on="name", how="left")
+             .with_columns(pl.coalesce("_f_id", "_f_name").alias("_f")).filter(pl.col("_f").is_not_null()))
+    if named.height == 0:
         return factor
-    key_cols = ("profile_id", "step_index", "event_id")
-    keys = list(zip(*(frame[c].to_list() for c in key_cols)))
-    for i, key in enumerate(keys):
-        if key in by_event:
-            factor[i] = by_event[key]
+    factor[named["_row"].to_numpy()] = named["_f"].to_numpy()
     # CPU ops: their inclusive span on their thread, from their start node (2 x id) to their end node (+ 1).
+    events = named.select("profile_id", "step_index", "event_id", "_f").unique(["profile_id", "step_index", "event_id"])
     cpu = frame.filter(pl.col("bound_by") == "cpu_bound")
-    starts = dict(zip(zip(cpu["profile_id"], cpu["step_index"], cpu["src_node"]),
-                      zip(cpu["src_ts_ps"], cpu["device_id"], cpu["track_id"])))
-    ends = dict(zip(zip(cpu["profile_id"], cpu["step_index"], cpu["dst_node"]), cpu["dst_ts_ps"]))
-    profile, step = frame["profile_id"].to_numpy(), frame["step_index"].to_numpy()
-    src_ts, dst_ts = frame["src_ts_ps"].to_numpy(), frame["dst_ts_ps"].to_numpy()
-    device, track = frame["device_id"].to_numpy(), frame["track_id"].to_numpy()
-    is_cpu = (frame["bound_by"] == "cpu_bound").fill_null(False).to_numpy()
-    for (p, w, event), f in by_event.items():
-        start = starts.get((p, w, 2 * event))
-        end = ends.get((p, w, 2 * event + 1))
-        if start is None or end is None:
-            continue
-        inside = (is_cpu & (profile == p) & (step == w) & (device == start[1]) & (track == start[2])
-                  & (src_ts >= start[0]) & (dst_ts <= end))
-        factor[inside] = f
+    starts = (cpu.filter(pl.col("src_node") % 2 == 0)
+              .select("profile_id", "step_index", (pl.col("src_node") // 2).alias("event_id"),
+                      pl.col("src_ts_ps").alias("_from"), "device_id", "track_id")
+              .unique(["profile_id", "step_index", "event_id"]))
+    ends = (cpu.filter(pl.col("dst_node") % 2 == 1)
+            .select("profile_id", "step_index", (pl.col("dst_node") // 2).alias("event_id"), pl.col("dst_ts_ps").alias("_to"))
+            .unique(["profile_id", "step_index", "event_id"]))
+    spans = events.join(starts, on=["profile_id", "step_index", "event_id"]).join(
+        ends, on=["profile_id", "step_index", "event_id"])
+    if spans.height == 0:
+        return factor
+    inside = (frame.select("profile_id", "step_index", "device_id", "track_id", "src_ts_ps", "dst_ts_ps", "bound_by")
+              .with_row_index("_row").filter(pl.col("bound_by") == "cpu_bound")
+              .join(spans.select("profile_id", "step_index", "device_id", "track_id", "_from", "_to", pl.col("_f").alias("_g")),
+                    on=["profile_id", "step_index", "device_id", "track_id"])
+              .filter((pl.col("src_ts_ps") >= pl.col("_from")) & (pl.col("dst_ts_ps") <= pl.col("_to")))
+              .sort("_from").unique("_row", keep="last"))  # nested named ops: the innermost's factor
+    factor[inside["_row"].to_numpy()] = inside["_g"].to_numpy()
     return factor
 
 
 def _longest_path(window: Any) -> list[int]:
     """Row indices of ``window``'s edges on its longest path, in order (networkx's dag_longest_path rule)."""
-    src = window["src_node"].to_numpy()
-    dst = window["dst_node"].to_numpy()
-    weight = window["_w"].to_numpy()
-    ts = np.concatenate([window["src_ts_ps"].to_numpy(), window["dst_ts_ps"].to_numpy()])
+    path, _ = longest_path(window["src_node"].to_numpy(), window["dst_node"].to_numpy(), window["_w"].to_numpy(),
+                           window["src_ts_ps"].to_numpy(), window["dst_ts_ps"].to_numpy(), window["_order"].to_numpy())
+    return path
+
+
+def longest_path(src: np.ndarray, dst: np.ndarray, weight: np.ndarray, src_ts: np.ndarray, dst_ts: np.ndarray,
+                 order: np.ndarray) -> tuple[list[int], int]:
+    """The longest path of a DAG given as edge arrays (node ids, integer weights, the nodes' times, each edge's rank
+    among the incoming edges of its target for ties): the indices of its edges in order, and its length.
+
+    Each node takes the first best incoming edge in ``order`` (networkx's dag_longest_path rule, as HTA takes it);
+    the path ends at the first node, in visiting order, of the greatest distance (:func:`replay`).
+    """
+    if len(src) == 0:
+        return [], 0
+    _, dist, best_edge, s, visit = replay(src, dst, weight, src_ts, dst_ts, order)
+    v = int(visit[int(np.argmax(dist[visit]))])
+    length = int(dist[v])
+    path: list[int] = []
+    while best_edge[v] >= 0:
+        path.append(int(best_edge[v]))
+        v = int(s[best_edge[v]])
+    path.reverse()
+    return path, length
+
+
+def replay(src: np.ndarray, dst: np.ndarray, weight: np.ndarray, src_ts: np.ndarray, dst_ts: np.ndarray,
+           order: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Every node's distance from the roots of a DAG (edge arrays as :func:`longest_path`'s): the latest of its
+    predecessors' distances plus the edge's weight, 0 for a root. Over a time-faithful graph whose one root is the
+    start, a node's distance is its time from the start.
+
+    Returns the sorted node ids, their distances and best incoming edges (-1 for a root), each edge's source as an
+    index into the ids, and the visiting order (node indices): time order, or Kahn's algorithm where an edge runs
+    against it (equal times, skewed clocks). Graphs of :data:`COMPILED_EDGES` edges or more are walked by
+    numba-compiled loops (compiled once per install), smaller ones in Python.
+    """
+    m = len(src)
+    ts = np.concatenate([src_ts, dst_ts])
     ids, inverse = np.unique(np.concatenate([src, dst]), return_inverse=True)
-    n, m = len(ids), len(src)
-    s, d = inverse[:m], inverse[m:]
+    n = len(ids)
+    s, d = inverse[:m].astype(np.int64), inverse[m:].astype(np.int64)
     node_ts = np.zeros(n, dtype=np.int64)
     node_ts[inverse] = ts
-    # Time order first; where an edge runs against it (equal times, skewed clocks), Kahn's algorithm.
-    order = np.lexsort((ids, node_ts))
+    visit = np.lexsort((ids, node_ts)).astype(np.int64)
     position = np.empty(n, dtype=np.int64)
-    position[order] = np.arange(n)
+    position[visit] = np.arange(n)
+    compiled = m >= COMPILED_EDGES
     if np.any(position[s] >= position[d]):
-        order = _topological(n, s, d, position)
-        position[order] = np.arange(n)
+        visit = _topological_compiled(n, s, d, position) if compiled else _topological(n, s, d, position)
+        position[visit] = np.arange(n)
     # Incoming edges per node, in HTA's order of adding them.
-    by_dst = np.lexsort((window["_order"].to_numpy(), position[d]))
-    starts = np.searchsorted(position[d][by_dst], np.arange(n + 1))
+    by_dst = np.lexsort((order, position[d])).astype(np.int64)
+    starts = np.searchsorted(position[d][by_dst], np.arange(n + 1)).astype(np.int64)
+    relax = _relax_compiled if compiled else _relax
+    dist, best_edge = relax(visit, starts, by_dst, s, np.asarray(weight, dtype=np.int64))
+    return ids, dist, best_edge, s, visit
+
+
+# Graphs this large are walked by compiled loops: below it the Python loop is done before numba is imported.
+COMPILED_EDGES = 300_000
+
+
+def _relax(visit: np.ndarray, starts: np.ndarray, in_edges: np.ndarray, src: np.ndarray,
+           weight: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Distances and best incoming edges of the nodes, visited in ``visit`` order (a topological order)."""
+    n = len(visit)
     dist = [0] * n
     best_edge = [-1] * n
-    s_list, w_list, in_edges = s.tolist(), weight.tolist(), by_dst.tolist()
-    for rank, v in enumerate(order.tolist()):
+    s_list, w_list, edges = src.tolist(), weight.tolist(), in_edges.tolist()
+    bounds = starts.tolist()
+    for rank, v in enumerate(visit.tolist()):
         best, chosen = -1, -1
-        for k in range(starts[rank], starts[rank + 1]):
-            e = in_edges[k]
+        for k in range(bounds[rank], bounds[rank + 1]):
+            e = edges[k]
             candidate = dist[s_list[e]] + w_list[e]
             if candidate > best:
                 best, chosen = candidate, e
         if chosen >= 0:
             dist[v], best_edge[v] = best, chosen
-    ordered_dist = np.asarray(dist)[order]
-    v = int(order[int(np.argmax(ordered_dist))])
-    path: list[int] = []
-    while best_edge[v] >= 0:
-        path.append(best_edge[v])
-        v = s_list[best_edge[v]]
-    path.reverse()
-    return path
+    return np.asarray(dist, dtype=np.int64), np.asarray(best_edge, dtype=np.int64)
+
+
+def _relax_compiled(visit: np.ndarray, starts: np.ndarray, in_edges: np.ndarray, src: np.ndarray,
+                    weight: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`_relax`, numba-compiled."""
+    from xprosql.queries._critical_path_numba import relax
+
+    return relax(visit, starts, in_edges, src, weight)
+
+
+def _topological_compiled(n: int, s: np.ndarray, d: np.ndarray, position: np.ndarray) -> np.ndarray:
+    """:func:`_topological`, numba-compiled."""
+    from xprosql.queries._critical_path_numba import topological
+
+    order = topological(n, s, d, position)
+    if len(order) < n:
+        from xprosql.errors import AnalysisError
+
+        raise AnalysisError(f"the critical-path graph has a cycle through {n - len(order)} nodes")
+    return order
 
 
 def _topological(n: int, s: np.ndarray, d: np.ndarray, position: np.ndarray) -> np.ndarray:
