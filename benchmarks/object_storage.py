@@ -18,6 +18,9 @@ Rows:
   s3 --jobs N               the same into s3://, each process committing optimistically (compare-and-swap)
   cluster -> s3             the LocalCluster's workers decode and upload; the ingesting process commits
   cluster -> s3, workers commit   each worker commits its own chunk (optimistic, racing): the alternative
+
+``--rows`` picks rows by key (local, s3, cluster, workers-commit; all by default) and ``--no-compact`` skips the
+compactions. The compactions run after every chosen row's ingest, so a run cut short still has its ingest rows.
 """
 
 from __future__ import annotations
@@ -91,12 +94,21 @@ def _opened(target: str, env: dict[str, str]) -> dict[str, float]:
     return json.loads(done.stdout.splitlines()[-1])
 
 
+_ROWS = ("local", "s3", "cluster", "workers-commit")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--corpus", type=Path, required=True, help="a corpus of benchmarks/make_corpus.py")
     parser.add_argument("--jobs", type=int, default=2, help="decoding processes of the local and s3 rows")
     parser.add_argument("--workers", type=int, default=2, help="worker processes of the LocalCluster")
+    parser.add_argument("--rows", default=",".join(_ROWS),
+                        help=f"comma-separated rows to run, in this order, from {', '.join(_ROWS)} (default: all)")
+    parser.add_argument("--no-compact", action="store_true", help="skip the compactions and the compacted reads")
     args = parser.parse_args()
+    chosen = [key.strip() for key in args.rows.split(",") if key.strip()]
+    if unknown := sorted(set(chosen) - set(_ROWS)):
+        parser.error(f"--rows: unknown {', '.join(unknown)}; choose from {', '.join(_ROWS)}")
     from distributed import LocalCluster
 
     files = [p for p in args.corpus.rglob("*") if p.name.endswith((".xplane.pb", ".json.gz"))]
@@ -110,26 +122,35 @@ def main() -> None:
     results = []
     try:
         with LocalCluster(n_workers=args.workers, threads_per_worker=1, processes=True, dashboard_address=None) as cluster:
-            rows = [
-                (f"local --jobs {args.jobs}", str(scratch / "local"), [*ingest, "--jobs", str(args.jobs)]),
-                (f"s3 --jobs {args.jobs}", f"s3://{_bucket(s3)}/run", [*ingest, "--jobs", str(args.jobs)]),
-                (f"cluster ({args.workers} workers) -> s3", f"s3://{_bucket(s3)}/run",
-                 [*ingest, "--cluster", cluster.scheduler_address]),
-                (f"cluster ({args.workers} workers) -> s3, workers commit", f"s3://{_bucket(s3)}/run",
-                 [sys.executable, "-c", _WORKERS_COMMIT, *ingest[3:], "--cluster", cluster.scheduler_address]),
-            ]
-            for label, target, command in rows:
+            every = {
+                "local": (f"local --jobs {args.jobs}", lambda: str(scratch / "local"), [*ingest, "--jobs", str(args.jobs)]),
+                "s3": (f"s3 --jobs {args.jobs}", lambda: f"s3://{_bucket(s3)}/run", [*ingest, "--jobs", str(args.jobs)]),
+                "cluster": (f"cluster ({args.workers} workers) -> s3", lambda: f"s3://{_bucket(s3)}/run",
+                            [*ingest, "--cluster", cluster.scheduler_address]),
+                "workers-commit": (f"cluster ({args.workers} workers) -> s3, workers commit",
+                                   lambda: f"s3://{_bucket(s3)}/run",
+                                   [sys.executable, "-c", _WORKERS_COMMIT, *ingest[3:], "--cluster",
+                                    cluster.scheduler_address]),
+            }
+            compactable = []
+            for key in chosen:
+                label, make_target, command = every[key]
+                target = make_target()
                 took = _timed([*command, "--into", target], env)
                 opened = _opened(target, env)
                 results.append((label, took, opened))
                 print(f"{label}: ingest {took:.1f} s ({len(files) / took:.2f} profiles/s, {size / 1e6 / took:.1f} MB/s); "
                       f"a fresh process opens it in {opened['open_s']:.2f} s, top_ops over every profile "
-                      f"{opened['top_ops_s']:.2f} s; {opened['profiles']} profiles, {opened['events']} events", flush=True)
-                if not label.endswith("workers commit"):  # compaction, then the same reads of the compacted tables
-                    packed = _timed([sys.executable, "-m", "xprosql.cli", "compact", target], env)
-                    again = _opened(target, env)
-                    print(f"    compacted in {packed:.1f} s (whole process); then opened in {again['open_s']:.2f} s, "
-                          f"top_ops {again['top_ops_s']:.2f} s", flush=True)
+                      f"{opened['top_ops_s']:.2f} s; {opened['profiles']} profiles, {opened['events']} events "
+                      f"[{time.strftime('%H:%M:%S')}, load {os.getloadavg()[0]:.1f}]", flush=True)
+                if key != "workers-commit":
+                    compactable.append((label, target))
+            for label, target in [] if args.no_compact else compactable:  # then the same reads of the compacted tables
+                packed = _timed([sys.executable, "-m", "xprosql.cli", "compact", target], env)
+                again = _opened(target, env)
+                print(f"{label}: compacted in {packed:.1f} s (whole process); then opened in {again['open_s']:.2f} s, "
+                      f"top_ops {again['top_ops_s']:.2f} s [{time.strftime('%H:%M:%S')}, load {os.getloadavg()[0]:.1f}]",
+                      flush=True)
     finally:
         server.terminate()
     counts = {(r[2]["profiles"], r[2]["events"]) for r in results}

@@ -6,7 +6,7 @@ before/after table; ``--xprof``: XProf's ``events_db.xspace_to_parquet`` on the 
     git worktree add /tmp/xprosql-before <commit>
     python benchmarks/startup.py --before /tmp/xprosql-before --xprof [--files BIG.xplane.pb BIG.json.gz]
 
-Each row is the best of ``--repeat`` processes. The numba cache is warm (a first run after an
+Each row is the best of ``--repeat`` processes. DIR is a one-profile warehouse of the 0.86 MB TPU sample. The numba cache is warm (a first run after an
 install compiles: see ``XPROSQL_COMPILED`` in xprosql/ingest/_compiled.py), but for the "first run"
 rows of each of ``--files``: those start with an empty numba cache (``NUMBA_CACHE_DIR``), as the
 first ingest after ``pip install`` does.
@@ -26,6 +26,7 @@ from pathlib import Path
 REPOSITORY = Path(__file__).resolve().parents[1]
 SAMPLES = sorted([*(REPOSITORY / "tests" / "data" / "xspace").glob("*.xplane.pb"),
                   *(REPOSITORY / "tests" / "data" / "kineto").glob("*.json.gz")])
+SMALL = REPOSITORY / "tests" / "data" / "xspace" / "tpu_v6e_inference.xplane.pb"  # the 0.86 MB TPU sample
 _XPROF = ("import sys\nfrom xprof.convert.events_db.python.pywrap_events_db_c_api import xspace_to_parquet\n"
           "xspace_to_parquet(input_path=sys.argv[1], output_path=sys.argv[2])\n")
 
@@ -72,13 +73,18 @@ def main() -> None:
     trees = {"after": REPOSITORY, **({"before": args.before} if args.before else {})}
     with tempfile.TemporaryDirectory() as scratch:
         warehouse = Path(scratch) / "wh"
-        subprocess.run([py, "-m", "xprosql.cli", "ingest", str(SAMPLES[0]), "--into", str(warehouse), "--quiet"],
+        subprocess.run([py, "-m", "xprosql.cli", "ingest", str(SMALL), "--into", str(warehouse), "--quiet"],
                        check=True, env=dict(os.environ, PYTHONPATH=str(REPOSITORY)), stdout=subprocess.DEVNULL)
         # (label, command, writes to {out}, starts with an empty numba cache)
         rows: list[tuple[str, list[str], bool, bool]] = [
             ("import xprosql", [py, "-c", "import xprosql"], False, False),
             ("xprosql --help", [py, "-m", "xprosql.cli", "--help"], False, False),
             ("xprosql tables DIR", [py, "-m", "xprosql.cli", "tables", str(warehouse)], False, False),
+            ("xprosql roofline DIR", [py, "-m", "xprosql.cli", "roofline", str(warehouse)], False, False),
+            # A first answer: ingest the small TPU sample and ask for its roofline, one shell command.
+            (f"xprosql ingest {SMALL.name} && xprosql roofline DIR",
+             ["sh", "-c", f'"{py}" -m xprosql.cli ingest "{SMALL}" --into "{{out}}" --quiet && '
+                          f'"{py}" -m xprosql.cli roofline "{{out}}"'], True, False),
         ]
         for sample in [*SAMPLES, *args.files]:
             rows.append((f"xprosql ingest {sample.name} ({sample.stat().st_size / 1e6:.2f} MB)",
@@ -97,7 +103,7 @@ def main() -> None:
                     [c.replace("{out}", str(out)) for c in command], tree=tree, repeat=1 if first_run else args.repeat,
                     fresh=out if writes else None, numba_cache=Path(scratch) / "numba" if first_run else None)))
             if args.xprof:
-                sample = Path(command[4]) if writes and not first_run else None
+                sample = Path(command[4]) if writes and not first_run and command[0] != "sh" else None
                 if sample is not None and sample.name.endswith(".xplane.pb"):
                     copy = Path(scratch) / sample.name
                     shutil.copy(sample, copy)

@@ -109,12 +109,9 @@ SLEEP_SCHEDULE = {"wait": 1, "warmup": 1, "active": 12}
 # process waking from time.sleep runs ahead of the others for a while (the scheduler's credit to sleepers), which
 # made the steps after a real sleep ~30% faster than the control steps here (2 cores, load 5).
 
-_SLEEP_PROGRAM = textwrap.dedent(
+# A custom op that waits busily for ``seconds`` (so that it is one profiled op with a known cost).
+_SLEEPY_OP = textwrap.dedent(
     """
-    import json, sys, time
-    import torch
-    from torch import nn
-
     @torch.library.custom_op("xprosql_cp::sleepy", mutates_args=())
     def sleepy(x: torch.Tensor, seconds: float) -> torch.Tensor:
         end = time.perf_counter() + seconds
@@ -127,7 +124,17 @@ _SLEEP_PROGRAM = textwrap.dedent(
         return torch.empty_like(x)
 
     sleepy.register_autograd(lambda ctx, grad: (grad, None))
+    """
+)
 
+_SLEEP_PROGRAM = textwrap.dedent(
+    """
+    import json, sys, time
+    import torch
+    from torch import nn
+    """
+) + _SLEEPY_OP + textwrap.dedent(
+    """
     torch.set_num_threads(1)
     torch.manual_seed(0)
     logdir, sleep_s, schedule = sys.argv[1], float(sys.argv[2]), json.loads(sys.argv[3])
@@ -207,20 +214,9 @@ _SYNC_PROGRAM = textwrap.dedent(
     from torch import nn
     import torch.distributed as dist
     from torch.nn.parallel import DistributedDataParallel
-
-    @torch.library.custom_op("xprosql_cp::sleepy", mutates_args=())
-    def sleepy(x: torch.Tensor, seconds: float) -> torch.Tensor:
-        end = time.perf_counter() + seconds
-        while time.perf_counter() < end:
-            pass
-        return x.clone()
-
-    @sleepy.register_fake
-    def _(x, seconds):
-        return torch.empty_like(x)
-
-    sleepy.register_autograd(lambda ctx, grad: (grad, None))
-
+    """
+) + _SLEEPY_OP + textwrap.dedent(
+    """
     class Paced(nn.Module):
         def __init__(self, inner, base_s):
             super().__init__()

@@ -234,3 +234,14 @@ def test_launch_kinds_keep_htas_cuda_list(run: xprosql.Run) -> None:
              "hipGraphInstantiateWithFlags": None}
     got = dict(run.sql("SELECT n, xprosql_launch_kind(n) FROM unnest($names) AS t(n)", {"names": list(names)}).rows())
     assert got == names
+
+
+def test_hardware_models_view_is_the_chip_table() -> None:
+    """Every connection's hardware_models (a view of literals, so that no Arrow table is registered) holds the rows
+    and types of hardware_models_table, read straight from CHIPS."""
+    from xprosql.engine.connection import connect_views
+
+    got = connect_views({}).sql("SELECT * FROM hardware_models ORDER BY priority").to_arrow_table()
+    want = hardware.hardware_models_table()
+    assert got.schema == want.schema and got.to_pylist() == want.to_pylist()
+    assert [row["chip"] for row in got.to_pylist()] == [chip.name for chip in hardware.CHIPS]

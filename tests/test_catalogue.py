@@ -205,6 +205,24 @@ def test_header_tags_parse_and_a_contradiction_is_the_librarys_mistake(tmp_path:
             Library(tmp_path)
 
 
+def test_an_unordered_include_leaves_out_the_final_order_only(tmp_path: Path) -> None:
+    (tmp_path / "x").mkdir()
+    (tmp_path / "x" / "_inner.sql").write_text(
+        "-- x._inner: rows\n--\n-- Columns:\n--   a  BIGINT  a\n"
+        "SELECT a FROM (SELECT unnest([3, 1, 2]) AS a ORDER BY a DESC)\nORDER BY a\n")
+    (tmp_path / "x" / "m.sql").write_text(
+        "-- x.m: both\n--\n-- Columns:\n--   a  BIGINT  a\n"
+        "WITH o AS (\n-- @include x._inner\n), u AS (\n-- @include x._inner unordered\n)\n"
+        "SELECT a FROM o UNION ALL SELECT a FROM u\n")
+    lib = Library(tmp_path)
+    text = lib.text("x.m")
+    assert lib.modules["x.m"].includes == ("x._inner",)
+    assert text.count("\nORDER BY a\n") == 1 and text.count("ORDER BY a DESC") == 2  # the inner one stays
+    import duckdb
+
+    assert sorted(r[0] for r in duckdb.connect().execute(text).fetchall()) == [1, 1, 2, 2, 3, 3]
+
+
 @pytest.mark.parametrize("analysis", ANALYSES)
 @pytest.mark.slow
 def test_shown_sql_has_every_value_written_in(run: xprosql.Run, analysis: str) -> None:

@@ -75,6 +75,7 @@ def test_demo_runs_from_the_installed_entry_point(tmp_path: Path) -> None:
     assert "all-reduce" in done.stdout  # one of the top XLA ops
 
 
+@pytest.mark.slow  # a whole demo (ingest, report, three commands): 18 s of the fast suite's 5 min
 def test_demo_keeps_its_warehouse_and_its_next_commands_run(tmp_path: Path) -> None:
     """The warehouse stays (./xprosql-demo, or --into), and the commands the demo prints run as printed."""
     done = subprocess.run([*xprosql_command(), "demo"], capture_output=True, text=True, timeout=300, cwd=tmp_path)

@@ -200,6 +200,27 @@ def test_real_nccl_ranks_join_through_their_kernels(tmp_path: Any) -> None:
     assert steps["baseline_ps"].to_list() == pytest.approx(steps["measured_ps"].to_list(), rel=0.01)
 
 
+def test_ranks_that_tie_give_one_path_the_lowest_rank(tmp_path: Any) -> None:
+    # Hand-made from a real trace, for what no real job shows: four ranks that are the same trace (sampled_rank0
+    # with distributedInfo.rank set to 0..3), so every path ties with three others. The replay must not choose among
+    # them by chance: the first in order (window start, then rank) holds every step, run after run.
+    import gzip
+    import json
+
+    trace = json.loads(gzip.decompress(MULTIRANK_SAMPLED[0].read_bytes()))
+    logdir = tmp_path / "job"
+    logdir.mkdir()
+    for rank in range(4):
+        trace["distributedInfo"]["rank"] = rank
+        (logdir / f"rank{rank}.json.gz").write_bytes(gzip.compress(json.dumps(trace).encode()))
+    assert xprosql.ingest(logdir, into=tmp_path / "run").ok
+    run = xprosql.load(tmp_path / "run")
+    steps = run.job_critical_path().pl()
+    assert steps.height > 0 and (steps["ranks"] == 4).all()
+    assert (steps["held_by_rank"] == 0).all() and steps["path_ranks"].to_list() == [[0]] * steps.height
+    assert run.job_critical_path().pl().equals(steps)
+
+
 def test_compiled_walks_give_the_python_ones(sync_job: dict[str, Any], monkeypatch: pytest.MonkeyPatch) -> None:
     # Graphs of COMPILED_EDGES edges or more are walked by numba-compiled loops: on this real job graph, forced
     # through them, every row and path comes out the same.

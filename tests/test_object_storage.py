@@ -444,3 +444,82 @@ def test_cli_ingest_on_a_cluster_with_credentials_from_the_environment(
     query = "SELECT profile_id, run, host, tags FROM profiles ORDER BY ALL"
     assert remote.sql(query).rows() == xprosql.load(local).sql(query).rows()
     _same_analyses(xprosql.load(local), remote)
+
+
+# -- the command line's --storage-option ---------------------------------------------------------------------------
+
+
+def _storage_flags(options: dict[str, str]) -> list[str]:
+    return [arg for key, value in options.items() for arg in ("--storage-option", f"{key}={value}")]
+
+
+def test_a_storage_option_without_key_is_a_one_line_error(capsys: pytest.CaptureFixture[str]) -> None:
+    from xprosql.cli import main
+
+    for bad in ("s3cr3t-without-its-key", "=s3cr3t"):
+        with pytest.raises(SystemExit) as stopped:
+            main(["sql", "s3://bucket/run", "SELECT 1", "--storage-option", "AWS_REGION=us-east-1",
+                  "--storage-option", bad])
+        err = capsys.readouterr().err
+        assert stopped.value.code == 2 and err.count("\n") == 1, err
+        assert err.startswith("error: xprosql sql: argument --storage-option: wants KEY=VALUE"), err
+        assert "s3cr3t" not in err  # a value without its key may be a secret: not repeated
+
+
+@pytest.mark.slow
+def test_cli_storage_options_alone_reach_the_store(s3: dict[str, str], log_tree: Path, monkeypatch: pytest.MonkeyPatch,
+                                                   tmp_path: Path) -> None:
+    """No AWS_* variable anywhere (nor ~/.aws): `--storage-option` alone gives the endpoint and keys to ingest (the
+    sources on S3, the warehouse on S3, the decoding on a cluster whose workers have none either), sql, tables,
+    compact, and the MCP server's tools (storage_options=); without it, one line saying where credentials come
+    from. The reference: a local ingest of the same tree."""
+    for key in [k for k in os.environ if k.startswith("AWS_")]:
+        monkeypatch.delenv(key)
+    monkeypatch.setenv("HOME", str(tmp_path))  # no ~/.aws/credentials to fall back on
+    env = dict(os.environ)
+    bucket = _bucket(s3)
+    _upload_tree(s3, bucket, log_tree, "logs")
+    uri, flags = f"s3://{bucket}/run", _storage_flags(s3)
+
+    def cli(*args: str, options: bool = True) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([sys.executable, "-m", "xprosql.cli", *args, *(flags if options else [])], env=env,
+                              capture_output=True, text=True, timeout=600)
+
+    with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None) as cluster:
+        with distributed.Client(cluster) as client:
+            workers_env = client.run(lambda: sorted(k for k in os.environ if k.startswith("AWS_")))
+            assert all(keys == [] for keys in workers_env.values()), workers_env
+        done = cli("ingest", f"s3://{bucket}/logs/", "--into", uri, "--cluster", cluster.scheduler_address,
+                   "--compact", "never", "--quiet")
+    assert done.returncode == 0, done.stderr
+    assert "4 ingested, 0 already present, 0 failed" in done.stdout.splitlines(), done.stdout
+    local = tmp_path / "run"
+    assert xprosql.ingest(log_tree, into=local, compact=False).ok
+    query = "SELECT count(*) AS n, sum(dur_ps) AS d, count(DISTINCT profile_id) AS p FROM events"
+    want = [",".join(map(str, xprosql.load(local).sql(query).rows()[0]))]
+    done = cli("sql", uri, query, "--format", "csv")
+    assert done.returncode == 0 and done.stdout.split()[1:] == want, (done.stdout, done.stderr)
+    done = cli("tables", uri)
+    assert done.returncode == 0 and done.stdout.splitlines()[0].endswith(": 4 profiles"), done.stdout
+    assert cli("compact", uri).returncode == 0
+    done = cli("sql", uri, query, "--format", "csv")
+    assert done.returncode == 0 and done.stdout.split()[1:] == want, (done.stdout, done.stderr)
+    # The MCP server's tools read the same rows, and nothing outside the warehouse's prefix.
+    from xprosql.mcp_server import WarehouseTools
+
+    tools = WarehouseTools(uri, storage_options=s3)
+    try:
+        out = tools.call("sql", {"query": query})
+        assert not out.error and out.structured is not None, out.text
+        assert [tuple(row.values()) for row in out.structured["rows"]] == xprosql.load(local).sql(query).rows()
+        other = tools.call("sql", {"query": f"SELECT * FROM read_parquet('s3://{bucket}/logs/x.parquet')"})
+        assert other.error
+    finally:
+        tools.close()
+    # Without the options: one line naming the warehouse and where credentials come from; nothing written.
+    before = _keys(s3, bucket, "run/")
+    for args in (("sql", uri, query), ("ingest", str(SMALL[0]), "--into", uri)):
+        done = cli(*args, options=False)
+        assert done.returncode == 2 and done.stderr.count("\n") == 1, done.stderr
+        assert done.stderr.startswith(f"error: {uri}: cannot reach the object store") and "--storage-option" in done.stderr
+    assert _keys(s3, bucket, "run/") == before

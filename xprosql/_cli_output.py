@@ -1,7 +1,8 @@
 """How the CLI prints a result: a table for the terminal, CSV, JSON, with the values every format can hold.
 
-Apart from :mod:`xprosql._cli_commands` because it loads Polars: the commands that print no result
-(``ingest``, ``compact``, ``tables``) never do.
+Apart from :mod:`xprosql._cli_commands` because it loads pyarrow (and Polars, for the tables
+:mod:`xprosql._cli_table` does not draw, CSV and JSON): the commands that print no result (``ingest``,
+``compact``, ``tables``) never do.
 """
 
 from __future__ import annotations
@@ -13,21 +14,29 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import polars as pl
 import pyarrow as pa
 
+from xprosql._cli_table import Column, render, table_columns
+
 if TYPE_CHECKING:
+    import polars as pl
+
     from xprosql.engine import Result
 
-__all__ = ["choose_columns", "frame_of", "print_frame", "print_table", "printable", "write"]
+__all__ = ["choose_columns", "frame_of", "print_columns", "print_frame", "print_table", "printable", "write"]
 
 
 def print_table(result: Result, *, max_rows: int = 50, columns: str | None = None, shown: Sequence[str] = (),
                 what: str = "the result") -> None:
     """``result`` as a terminal table: the ``columns`` asked for, else those ``shown`` names (an analysis's
     ``-- Show:`` line) when it has more, else all; see :func:`print_frame`."""
-    frame = frame_of(result.arrow(), nested_as_json=False)
-    print_frame(frame, max_rows=max_rows, columns=choose_columns(frame.columns, columns, shown=shown), what=what)
+    table = result.arrow()
+    chosen = choose_columns(table.column_names, columns, shown=shown)
+    plain = table_columns(table, chosen)
+    if plain is not None and print_columns(plain, total=table.num_columns, max_rows=max_rows, what=what):
+        return
+    frame = frame_of(table, nested_as_json=False)
+    print_frame(frame, max_rows=max_rows, columns=chosen, what=what)
 
 
 def choose_columns(available: Sequence[str], asked: str | None, *, shown: Sequence[str] = ()) -> list[str]:
@@ -54,12 +63,66 @@ def choose_columns(available: Sequence[str], asked: str | None, *, shown: Sequen
 _MIN_WIDTH = 40
 
 
+def print_columns(columns: Sequence[Column], *, total: int | None = None, max_rows: int = 50, what: str = "the result",
+                  float_precision: int | None = None, width: int | None = None) -> bool:
+    """:func:`print_frame` of plain ``columns`` (of ``total`` in the result) without Polars, printing the same text;
+    False, having printed nothing, where only Polars can print them (see :func:`xprosql._cli_table.render`)."""
+    width = max(width or shutil.get_terminal_size((120, 24)).columns, _MIN_WIDTH)
+
+    def drawn(chosen: Sequence[Column], limit: int | None = None) -> str | None:
+        return render(chosen, max_rows=max_rows, float_precision=float_precision, width=limit)
+
+    whole = drawn(columns)
+    if whole is None:
+        return False
+    if _text_width(whole) <= width:
+        text: str | None = whole
+    elif len(columns) <= 1:
+        return False  # Polars wraps its cells
+    elif len(columns[0].values) == 1:  # a line per column, as _transposed
+        text = drawn([Column("column", "str", [c.name for c in columns]),
+                      Column("value", "str", [None if c.values[0] is None else _text(c.values[0]) for c in columns])],
+                     width)
+    else:  # parts, as _parts
+        key = next((c for c in columns if c.name.endswith("_id")), columns[0])
+        parts: list[list[Column]] = []
+        current: list[Column] = []
+        for column in (c for c in columns if c is not key):
+            candidate = drawn([key, *current, column])
+            if current and (candidate is None or _text_width(candidate) > width):
+                parts.append(current)
+                current = []
+            current.append(column)
+        parts.append(current)
+        texts = [drawn([key, *names], width) for names in parts]
+        text = None if any(t is None for t in texts) else "\n\n".join(t for t in texts if t is not None)
+    if text is None:
+        return False
+    print(text)
+    hidden = (len(columns) if total is None else total) - len(columns)
+    if hidden > 0:
+        sys.stdout.flush()
+        print(_hidden_note(len(columns), len(columns) + hidden, [c.name for c in columns], what), file=sys.stderr)
+    return True
+
+
+def _text_width(text: str) -> int:
+    return max(len(line) for line in text.splitlines())
+
+
+def _hidden_note(shown: int, total: int, chosen: Sequence[str], what: str) -> str:
+    return (f"xprosql: {shown} of {total} columns of {what} shown; every column: --columns all "
+            f"(or --format csv), some: --columns {','.join(chosen[:2])},...")
+
+
 def print_frame(frame: pl.DataFrame, *, max_rows: int = 50, columns: Sequence[str] | None = None,
                 what: str = "the result", float_precision: int | None = None, width: int | None = None) -> None:
     """``frame``'s ``columns`` (default all) as tables that fit the terminal's ``width`` (default: ``COLUMNS``,
     else the terminal's, else 120 characters): one table when they fit; else a one-row frame transposed
     (a line per column), or the columns in parts, each a table led by a key column; then, on stderr, how
     many columns were left out and how to see them."""
+    import polars as pl
+
     chosen = list(frame.columns if columns is None else columns)
     width = max(width or shutil.get_terminal_size((120, 24)).columns, _MIN_WIDTH)
     shown = printable(frame.select(chosen))
@@ -75,18 +138,21 @@ def print_frame(frame: pl.DataFrame, *, max_rows: int = 50, columns: Sequence[st
     hidden = frame.width - len(chosen)
     if hidden > 0:
         sys.stdout.flush()  # the table first, then the note, where both go to one terminal
-        print(f"xprosql: {len(chosen)} of {frame.width} columns of {what} shown; every column: --columns all "
-              f"(or --format csv), some: --columns {','.join(chosen[:2])},...", file=sys.stderr)
+        print(_hidden_note(len(chosen), frame.width, chosen, what), file=sys.stderr)
 
 
 def _width(frame: pl.DataFrame) -> int:
     """The characters of the widest line of ``frame``'s table as it prints unconstrained."""
+    import polars as pl
+
     with pl.Config(tbl_width_chars=65_000):  # polars takes a u16
         return max(len(line) for line in str(frame).splitlines())
 
 
 def _transposed(frame: pl.DataFrame) -> pl.DataFrame:
     """A one-row frame as a table of (column, value) rows, the values as they print."""
+    import polars as pl
+
     values = [None if value is None else _text(value) for value in frame.row(0)]
     return pl.DataFrame({"column": frame.columns, "value": values}, schema={"column": pl.String, "value": pl.String})
 
@@ -121,6 +187,8 @@ _PICTURES = [chr(0x2400 + c) for c in range(0x20)] + ["\u2421"]
 
 def printable(frame: pl.DataFrame) -> pl.DataFrame:
     """``frame`` with the control characters of its text shown, not sent, for a terminal."""
+    import polars as pl
+
     return frame.with_columns(pl.col(pl.String).str.replace_many(_CONTROLS, _PICTURES))
 
 
@@ -129,6 +197,8 @@ def frame_of(table: pa.Table, *, nested_as_json: bool) -> pl.DataFrame:
     keys are not text as its entries (a list of key, value structs), nested values (lists, structs, maps) as JSON
     text when ``nested_as_json`` (CSV has no nesting), and values of types Polars cannot hold (intervals,
     unions) as text."""
+    import polars as pl
+
     columns = []
     for name, column in zip(table.column_names, table.columns):
         type_ = column.type

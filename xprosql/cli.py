@@ -36,19 +36,41 @@ class _Parser(argparse.ArgumentParser):
         self.exit(2, f"error: {self.prog}: {one_line(message)} (see {self.prog} --help)\n")
 
 
+def _storage_option(text: str) -> tuple[str, str]:
+    """``KEY=VALUE`` of ``--storage-option``, checked as the arguments are parsed (before any work)."""
+    key, sep, value = text.partition("=")
+    if not sep or not key.strip():
+        # The text itself is not repeated: a value without its key may be a secret.
+        raise argparse.ArgumentTypeError("wants KEY=VALUE, e.g. AWS_ENDPOINT_URL=http://127.0.0.1:9000 (got "
+                                         f"{'one with an empty KEY' if sep else 'one without ='})")
+    return key.strip(), value
+
+
+def _storage_parent() -> _Parser:
+    """``--storage-option``, shared by every command that opens or writes a warehouse or reads remote inputs."""
+    parent = _Parser(add_help=False)
+    parent.add_argument("--storage-option", dest="storage_options", action="append", default=[], type=_storage_option,
+                        metavar="KEY=VALUE",
+                        help="object storage's credentials or endpoint (repeatable; delta-rs's keys, e.g. "
+                             "AWS_ENDPOINT_URL=http://host:9000, AWS_ACCESS_KEY_ID=..., AWS_REGION=...), over the "
+                             "environment's; a command line is visible to other users: keep secrets in the environment")
+    return parent
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="xprosql", description="ML accelerator profiles as Parquet tables, analysed with SQL.")
+    storage = [_storage_parent()]
     parser.add_argument("--version", action="version", version=f"xprosql {__version__}")
     commands = parser.add_subparsers(dest="command", required=True)
 
     p = commands.add_parser(
-        "ingest", help="ingest profile files or directories into a warehouse",
+        "ingest", help="ingest profile files or directories into a warehouse", parents=storage,
         description="Ingest profiles into a warehouse: XProf XSpace files (*.xplane.pb: JAX, TensorFlow, PyTorch/XLA), "
                     "PyTorch profiler (Kineto) traces (*.json, *.json.gz) and xprosql's CUPTI recordings "
                     "(*.cupti.json.gz, from xprosql record). A directory is searched for all of them.")
     p.add_argument("sources", nargs="+", metavar="SOURCE",
                    help="a profile file (*.xplane.pb, *.json, *.json.gz, *.cupti.json.gz) or a directory to search; "
-                        "also on object storage (s3://bucket/logdir/; credentials from the environment)")
+                        "also on object storage (s3://bucket/logdir/; credentials from the environment or --storage-option)")
     p.add_argument("--into", required=True,
                    help="warehouse directory (created if missing), or object storage (s3://bucket/run)")
     p.add_argument("--jobs", "-j", type=int, default=1, metavar="N", help="decode N files at once, in N processes")
@@ -67,7 +89,7 @@ def _parser() -> argparse.ArgumentParser:
     p.set_defaults(subcommand="ingest")
 
     p = commands.add_parser("compact", help="Delta optimize (small files packed, ordered by profile) and vacuum; "
-                                            "readers keep working")
+                                            "readers keep working", parents=storage)
     p.add_argument("dir", help="warehouse directory")
     p.set_defaults(subcommand="compact")
 
@@ -109,7 +131,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("name", nargs="?", help="an analysis (e.g. roofline or ops.roofline)")
     p.set_defaults(subcommand="analyses")
 
-    p = commands.add_parser("sql", help="run a DuckDB SQL query over a warehouse")
+    p = commands.add_parser("sql", help="run a DuckDB SQL query over a warehouse", parents=storage)
     p.add_argument("dir", help="warehouse directory")
     p.add_argument("query", nargs="?", help="SQL text; every table is a view")
     p.add_argument("--analysis", metavar="NAME", help="run an analysis of the SQL library instead (e.g. roofline; see: xprosql analyses)")
@@ -129,6 +151,7 @@ def _parser() -> argparse.ArgumentParser:
 
     p = commands.add_parser(
         "compare", help="two cohorts of profiles side by side (sql/fleet/compare.sql): the largest change in time first",
+        parents=storage,
         description="Two cohorts of profiles side by side, each chosen by a SQL expression on the profiles table, as "
                     "Run.compare takes them: e.g. --baseline \"tags['commit'] = 'a1'\" --candidate \"tags['commit'] = "
                     "'b2'\"; given profiles: --baseline \"profile_id IN ('3fa2...', '77c0...')\". (sql --analysis compare "
@@ -150,6 +173,7 @@ def _parser() -> argparse.ArgumentParser:
 
     p = commands.add_parser(
         "diagnose", help="findings: what is wrong, how much step time a fix would save, what to change (sql/diagnose/)",
+        parents=storage,
         description="Findings of every rule of sql/diagnose/ (xprosql analyses lists them as diagnose.*), the largest "
                     "expected saving first: the evidence, the fix to try and the reference behind each rule.")
     p.add_argument("dir", help="warehouse directory")
@@ -169,7 +193,8 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--columns", metavar="A,B|all", help="columns of --format table")
     p.set_defaults(subcommand="diagnose")
 
-    p = commands.add_parser("roofline", help="roofline of every op (sql/ops/roofline.sql); --out draws the chart")
+    p = commands.add_parser("roofline", help="roofline of every op (sql/ops/roofline.sql); --out draws the chart",
+                            parents=storage)
     p.add_argument("dir", help="warehouse directory")
     p.add_argument("--out", help="write a log-log roofline chart here: .html (interactive, plotly) or .png, .svg, .pdf (matplotlib: xprosql[plot])")
     p.add_argument("--profile", action="append", default=[], metavar="ID", help="only this profile (repeatable); the chart draws the first")
@@ -181,7 +206,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--max-rows", type=int, default=40, help="rows shown by --format table")
     p.set_defaults(subcommand="roofline")
 
-    p = commands.add_parser("tables", help="list tables, their columns with units, and row counts")
+    p = commands.add_parser("tables", help="list tables, their columns with units, and row counts", parents=storage)
     p.add_argument("dir", help="warehouse directory")
     p.set_defaults(subcommand="tables")
 
@@ -194,7 +219,8 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("command", nargs=argparse.REMAINDER, help="-- python train.py [ARGS]")
     p.set_defaults(subcommand="record")
 
-    p = commands.add_parser("report", help="per profile: bottleneck, step breakdown, top ops, async summary, roofline")
+    p = commands.add_parser("report", help="per profile: bottleneck, step breakdown, top ops, async summary, roofline",
+                            parents=storage)
     p.add_argument("dir", help="warehouse directory")
     p.add_argument("--out", help="write an interactive HTML report here (works offline); without it, a terminal summary")
     p.add_argument("--profile", action="append", default=[], metavar="ID", help="only this profile (repeatable)")
@@ -204,7 +230,8 @@ def _parser() -> argparse.ArgumentParser:
                    help="progress bar on stderr (default: when stderr is a terminal)")
     p.set_defaults(subcommand="report")
 
-    p = commands.add_parser("export", help="write a selection as a Perfetto trace for ui.perfetto.dev (tracks, slices, flows, counters)")
+    p = commands.add_parser("export", help="write a selection as a Perfetto trace for ui.perfetto.dev (tracks, slices, flows, counters)",
+                            parents=storage)
     p.add_argument("dir", help="warehouse directory")
     p.add_argument("--out", required=True, help="the trace file to write, e.g. x.perfetto-trace")
     p.add_argument("--profile", action="append", default=[], metavar="P",
@@ -221,6 +248,7 @@ def _parser() -> argparse.ArgumentParser:
 
     p = commands.add_parser(
         "mcp", help="serve a warehouse to AI assistants over the Model Context Protocol (read-only; pip install 'xprosql[mcp]')",
+        parents=storage,
         description="A Model Context Protocol server over a warehouse, on stdin/stdout (or streamable HTTP on 127.0.0.1): "
                     "a tool per analysis, tables, sql (one read-only SELECT), describe and diagnose; within a row cap "
                     "and a time limit. Register it with an MCP client as the command: xprosql mcp DIR.")

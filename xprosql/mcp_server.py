@@ -175,11 +175,15 @@ def guarded_connection(run: Run) -> duckdb.DuckDBPyConnection:
     """
     snapshot = run.engine.snapshot
     con = snapshot_connection(snapshot)
-    folders = {str(Path(snapshot.root).resolve()), os.path.abspath(snapshot.root)}
-    for table in TABLES:
-        for path in snapshot.table_files(table):
-            folders |= {os.path.dirname(os.path.abspath(path)), os.path.dirname(os.path.realpath(path))}
-    allowed = ", ".join("'" + folder.rstrip(os.sep).replace("'", "''") + os.sep + "'" for folder in sorted(folders))
+    if snapshot.remote:  # object storage (s3://bucket/run): every file of the snapshot lies below its prefix
+        prefixes = [str(snapshot.root).rstrip("/") + "/"]
+    else:
+        folders = {str(Path(snapshot.root).resolve()), os.path.abspath(snapshot.root)}
+        for table in TABLES:
+            for path in snapshot.table_files(table):
+                folders |= {os.path.dirname(os.path.abspath(path)), os.path.dirname(os.path.realpath(path))}
+        prefixes = [folder.rstrip(os.sep) + os.sep for folder in sorted(folders)]
+    allowed = ", ".join("'" + prefix.replace("'", "''") + "'" for prefix in prefixes)
     # No temporary directory either: a query larger than memory fails (a limit) instead of spilling to disk.
     for setting in (f"SET allowed_directories = [{allowed}]", "SET temp_directory = ''", "SET enable_external_access = false",
                     "SET autoinstall_known_extensions = false", "SET autoload_known_extensions = false",
@@ -300,9 +304,10 @@ class WarehouseTools:
         ['tables', 'sql', 'describe']
     """
 
-    def __init__(self, path: str | os.PathLike[str], *, limits: Limits | None = None) -> None:
+    def __init__(self, path: str | os.PathLike[str], *, limits: Limits | None = None,
+                 storage_options: Mapping[str, str] | None = None) -> None:
         self.limits = limits or Limits()
-        self.run = load(path)
+        self.run = load(path, storage_options=storage_options)
         self._engine_connection = self.run.engine.connection  # opened here, so the time limit's timer never opens it
         self._sql = guarded_connection(self.run)
         self._lock = threading.Lock()  # one call at a time: the connections are not for concurrent queries
@@ -764,10 +769,11 @@ def _message(exc: BaseException) -> str:
 
 
 def serve(path: str | os.PathLike[str], *, limits: Limits | None = None, transport: Transport = "stdio",
-          port: int = 8000) -> None:
+          port: int = 8000, storage_options: Mapping[str, str] | None = None) -> None:
     """Serve the warehouse at ``path`` over MCP until the client goes: on stdin/stdout (``transport="stdio"``), or
     streamable HTTP at ``http://127.0.0.1:<port>/mcp`` (``"http"``: this machine only). Needs the MCP Python SDK
-    (``pip install 'xprosql[mcp]'``); without it, an XprosqlError saying so, before the warehouse is opened."""
+    (``pip install 'xprosql[mcp]'``); without it, an XprosqlError saying so, before the warehouse is opened.
+    ``storage_options``: credentials and endpoint of an object-storage warehouse (as :func:`xprosql.load`'s)."""
     try:
         import anyio
         import mcp.types as types
@@ -775,7 +781,7 @@ def serve(path: str | os.PathLike[str], *, limits: Limits | None = None, transpo
     except ImportError as exc:
         raise XprosqlError(f"xprosql mcp needs the MCP Python SDK ({exc.name or exc} is missing): "
                            "pip install 'xprosql[mcp]'") from None
-    tools = WarehouseTools(path, limits=limits)
+    tools = WarehouseTools(path, limits=limits, storage_options=storage_options)
     # What an analysis notes (profiles without rows, and why) goes back in its result, not to stderr at exit.
     warnings.filterwarnings("ignore", category=NotApplicableWarning)
     gate = anyio.Lock()

@@ -124,6 +124,7 @@ __all__ = [
     "file_schema",
     "filesystem",
     "is_uri",
+    "store_error",
     "to_file_types",
     "unsigned_sql",
 ]
@@ -275,6 +276,22 @@ def _fsspec_options(scheme: str, options: Mapping[str, str]) -> dict[str, Any]:
     if region:
         out["client_kwargs"] = {"region_name": region}
     return out
+
+
+# The stores' client libraries, whose own errors are no OSError: botocore's NoCredentialsError (no credentials found),
+# google-auth's DefaultCredentialsError, azure-core's ClientAuthenticationError, ...
+_STORE_CLIENTS = ("botocore", "aiobotocore", "google.", "azure.")
+
+
+def store_error(location: str, exc: BaseException) -> str | None:
+    """A one-line reason for ``exc`` when a store's client library raised it reaching ``location`` (no credentials
+    found, ...), saying where credentials and endpoint come from; None for any other error (OSErrors included:
+    s3fs and the others raise those for a missing object or a refused request, with their own clear text)."""
+    if isinstance(exc, OSError) or not type(exc).__module__.startswith(_STORE_CLIENTS):
+        return None
+    return (f"{location}: cannot reach the object store: {exc} (credentials and endpoint come from the environment, "
+            "e.g. AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, AWS_ENDPOINT_URL, or from storage_options=; on the command "
+            "line --storage-option KEY=VALUE)")
 
 
 def filesystem(location: str, storage_options: Mapping[str, str] | None = None) -> Any:
@@ -1544,6 +1561,10 @@ class RemoteWarehouse(Warehouse):
             return [n.rsplit("/", 1)[-1] for n in self._fs().ls(f"{self.table_uri(table)}/{_LOG}", detail=False)]
         except FileNotFoundError:
             return []
+        except Exception as exc:  # the first request to the store: no credentials is said here, as a user error
+            if (reason := store_error(self.uri, exc)) is not None:
+                raise WarehouseError(reason) from None
+            raise
 
     def _has_table(self, table: str) -> bool:
         return bool(self._log_names(table))

@@ -82,11 +82,14 @@
 --   name  VARCHAR  that event's name
 --   bound_by  VARCHAR  cpu_bound, gpu_compute_bound, gpu_communication_bound, gpu_kernel_kernel_overhead or gpu_kernel_launch_overhead; NULL for weight-0 dependency and sync edges
 --   missing_edges  VARCHAR[]  what the trace lacks for HTA's edges in this window (see above); empty when nothing
-WITH critical_path_nodes AS (
--- @include critical_path._nodes
+-- The profiles' events, read once: the CTEs below and their includes read them a dozen times, and a packed
+-- warehouse's files hold other profiles' events beside them (every scan decodes those too).
+WITH events AS MATERIALIZED (SELECT * FROM events),
+critical_path_nodes AS (
+-- @include critical_path._nodes unordered
 ),
 hta_gpu_ops AS (
--- @include hta._gpu_ops
+-- @include hta._gpu_ops unordered
 ),
 params AS (SELECT CAST($us_rounding AS BOOLEAN) AS us_rounding),
 chosen_profiles AS (
@@ -131,12 +134,19 @@ cpu_edges AS (
         CASE WHEN c.is_start AND c.depth_before = 0 THEN NULL
              WHEN c.prev_is_start THEN c.prev_event
              WHEN NOT c.is_start THEN c.event_id
-             ELSE o.event_id END AS event_id,
+             ELSE c.opener_id END AS event_id,
         CASE WHEN c.is_start AND c.depth_before = 0 THEN NULL ELSE 'cpu_bound' END AS bound_by
-    FROM cpu_steps AS c
-    ASOF LEFT JOIN openers AS o
-      ON o.profile_id = c.profile_id AND o.step_index = c.step_index AND o.device_id = c.device_id
-     AND o.track_id = c.track_id AND o.level = c.depth_before AND c.seq > o.seq
+    FROM (
+        SELECT s.*, CAST(NULL AS BIGINT) AS opener_id FROM cpu_steps AS s
+        WHERE NOT (s.is_start AND s.depth_before <> 0 AND NOT s.prev_is_start)
+        UNION ALL
+        -- From an end to a start inside an op: the op open at that depth encloses both (the join for these only).
+        SELECT s.*, o.event_id FROM cpu_steps AS s
+        ASOF LEFT JOIN openers AS o
+          ON o.profile_id = s.profile_id AND o.step_index = s.step_index AND o.device_id = s.device_id
+         AND o.track_id = s.track_id AND o.level = s.depth_before AND s.seq > o.seq
+        WHERE s.is_start AND s.depth_before <> 0 AND NOT s.prev_is_start
+    ) AS c
 ),
 -- GPU ops of each window, with the previous op of their stream in the window.
 gpu AS (

@@ -65,10 +65,10 @@
 --   kernel_type  VARCHAR  GPU op: COMMUNICATION, MEMORY, COMPUTATION or OTHER (hta._gpu_ops)
 --   blocking  BOOLEAN  a blocking synchronisation or copy call: the edge into its end weighs 0
 WITH hta_gpu_ops AS (
--- @include hta._gpu_ops
+-- @include hta._gpu_ops unordered
 ),
 steps_steps AS (
--- @include steps.steps
+-- @include steps.steps unordered
 ),
 params AS (SELECT CAST($us_rounding AS BOOLEAN) AS us_rounding),
 chosen_profiles AS (

@@ -15,6 +15,7 @@
 --                      returned, if that op was still running after the call's last node before its end
 --                      (weight: from that op's end to the call's return, cpu_bound); where there is none it
 --                      keeps its measured time, attributed to it (cpu_bound): its wait is a missing edge.
+--                      (Of GPU ops ending at the same time, the lowest node id.)
 --   dependency         the end of a top-level CPU op to the start of the next on its thread: HTA weighs it
 --                      0 (CPU idle never counts); here its weight is the time between them, bound_by
 --                      cpu_untraced (host time without profiled ops: Python, sleeps, data loading, waits the
@@ -46,7 +47,8 @@
 --                      op) in whose last tenth another thread of the host ended an op: the thread waited for
 --                      that one (the main thread in loss.backward() while the autograd thread runs the
 --                      backward; the autograd thread waiting to be started), weight 0;
---   thread_done        from that op's end to the end of the gap, its time (the waking, cpu_untraced).
+--   thread_done        from that op's end to the end of the gap, its time (the waking, cpu_untraced). The op
+--                      that ended last before the gap's end (of ops ending at the same time: the lowest node id).
 -- Window: a start node (node_id -1, at window_start_ps) with a window_start edge to every node without
 -- another predecessor, weighing its time from the window start (a CPU node's: cpu_untraced, attributed as
 -- a gap; a GPU op's: gpu_kernel_kernel_overhead, the work queued before the window), and an end node
@@ -86,8 +88,10 @@
 --   bound_by  VARCHAR  cpu_bound, cpu_untraced, gpu_compute_bound, gpu_communication_bound, host_communication_bound, gpu_kernel_kernel_overhead or gpu_kernel_launch_overhead; NULL for weight-0 edges
 --   collective  BOOLEAN  the operator edge of a collective call (a collective kernel, or a host collective): its wait for the other ranks and its transfer
 --   missing_edges  VARCHAR[]  what the trace lacks for the graph's edges in this window (see above; empty when nothing), on the window's window_start edges; NULL on the others (one list per window, not per edge)
-WITH graph AS (
--- @include critical_path._edges
+-- The profiles' events, read once (as critical_path._edges does; its CTEs cannot be read from here).
+WITH events AS MATERIALIZED (SELECT * FROM events),
+graph AS (
+-- @include critical_path._edges unordered
 ),
 windows AS (
     SELECT DISTINCT profile_id, rank, step_index, step, step_name, window_start_ps, window_end_ps FROM graph
@@ -134,9 +138,10 @@ base AS (
 ),
 -- A blocking call no sync edge reaches waited, as far as the trace says, for the GPU op that ended last before
 -- it returned, if that op was still running when the call's last node before its end passed.
-gpu_ends AS (
-    SELECT profile_id, step_index, dst_node AS end_node, dst_ts_ps AS end_ps FROM graph
+gpu_ends AS (  -- ops ending at the same time: the lowest node (the join picks one, always the same)
+    SELECT profile_id, step_index, min(dst_node) AS end_node, dst_ts_ps AS end_ps FROM graph
     WHERE edge_kind = 'operator' AND bound_by IN ('gpu_compute_bound', 'gpu_communication_bound')
+    GROUP BY profile_id, step_index, dst_ts_ps
 ),
 inferred AS (
     SELECT u.profile_id, u.step_index, u.device_id, u.track_id, u.src_node, u.dst_node, u.src_ts_ps, u.dst_ts_ps,
@@ -147,21 +152,27 @@ inferred AS (
 ),
 -- Host collectives of the windows (the process-group annotations jobs._collective_calls takes as calls: in
 -- a profile without collective kernels) and the c10d:: ops that issued them (n-th op of a kind, n-th call).
-with_collective_kernels AS (
-    SELECT DISTINCT k.profile_id
-    FROM kernels AS k JOIN events AS e USING (profile_id, event_id)
-    WHERE xprosql_collective(e.name, e.category) IS NOT NULL AND k.profile_id IN (SELECT profile_id FROM windows)
-),
-host_calls AS (
-    SELECT s.profile_id, s.event_id, s.name, xprosql_collective(s.name, 'user_annotation') AS kind, s.start_ps, s.end_ps,
-        s.device_id, s.track_id, w.step_index,
-        row_number() OVER (PARTITION BY s.profile_id, w.step_index, xprosql_collective(s.name, 'user_annotation')
-                           ORDER BY s.start_ps, s.event_id) AS n
-    FROM scopes AS s
-    JOIN windows AS w ON w.profile_id = s.profile_id AND s.start_ps BETWEEN w.window_start_ps AND w.window_end_ps
+host_annotations AS (
+    SELECT s.*, xprosql_collective(s.name, 'user_annotation') AS kind FROM scopes AS s
     WHERE regexp_matches(s.name, '^(gloo|nccl|mpi|ucc|xccl):')
       AND coalesce(xprosql_collective(s.name, 'user_annotation'), 'other') <> 'other'
-      AND s.profile_id NOT IN (SELECT profile_id FROM with_collective_kernels)
+),
+-- The kernels' names once each (materialized: the collective test, several regular expressions, would
+-- otherwise run on every event), of the profiles with process-group annotations only.
+kernel_names AS MATERIALIZED (
+    SELECT DISTINCT k.profile_id, e.name, e.category
+    FROM kernels AS k JOIN events AS e USING (profile_id, event_id)
+    WHERE k.profile_id IN (SELECT profile_id FROM host_annotations)
+),
+with_collective_kernels AS (
+    SELECT DISTINCT profile_id FROM kernel_names WHERE xprosql_collective(name, category) IS NOT NULL
+),
+host_calls AS (
+    SELECT s.profile_id, s.event_id, s.name, s.kind, s.start_ps, s.end_ps, s.device_id, s.track_id, w.step_index,
+        row_number() OVER (PARTITION BY s.profile_id, w.step_index, s.kind ORDER BY s.start_ps, s.event_id) AS n
+    FROM host_annotations AS s
+    JOIN windows AS w ON w.profile_id = s.profile_id AND s.start_ps BETWEEN w.window_start_ps AND w.window_end_ps
+    WHERE s.profile_id NOT IN (SELECT profile_id FROM with_collective_kernels)
 ),
 issuers AS (
     SELECT e.profile_id, e.event_id, e.device_id, e.track_id, e.start_ps, w.step_index,
@@ -251,9 +262,8 @@ first_edges AS (
 first_roots AS (
     SELECT r.profile_id, r.step_index, r.node, r.ts_ps, e.device_id, e.track_id, d.kind AS device_kind
     FROM (
-        SELECT DISTINCT profile_id, step_index, src_node AS node, src_ts_ps AS ts_ps FROM first_edges AS n
-        WHERE NOT EXISTS (SELECT 1 FROM first_edges AS x WHERE x.profile_id = n.profile_id AND x.step_index = n.step_index
-                                                           AND x.dst_node = n.src_node)
+        SELECT DISTINCT n.profile_id, n.step_index, n.src_node AS node, n.src_ts_ps AS ts_ps FROM first_edges AS n
+        ANTI JOIN first_edges AS x ON x.profile_id = n.profile_id AND x.step_index = n.step_index AND x.dst_node = n.src_node
     ) AS r
     JOIN events AS e ON e.profile_id = r.profile_id AND e.event_id = r.node // 2
     LEFT JOIN device_kinds AS d ON d.profile_id = e.profile_id AND d.device_id = e.device_id
@@ -261,10 +271,13 @@ first_roots AS (
 -- A thread's gap (between its ops, or from the window start to its first op) that another thread of the host
 -- ended an op in, within its last tenth, is a wait for that thread (the main thread in loss.backward() while
 -- the autograd thread runs the backward ops; that thread waiting for the main one to start it).
+-- Ends at the same time (microsecond traces): the lowest node, so that the join below picks one and always the same.
 host_ends AS (
-    SELECT DISTINCT e.profile_id, e.step_index, e.device_id, e.track_id, e.dst_node AS node, e.dst_ts_ps AS ts_ps
+    SELECT e.profile_id, e.step_index, e.device_id, arg_min(e.track_id, e.dst_node) AS track_id, min(e.dst_node) AS node,
+        e.dst_ts_ps AS ts_ps
     FROM first_edges AS e JOIN device_kinds AS d ON d.profile_id = e.profile_id AND d.device_id = e.device_id
     WHERE e.edge_kind = 'operator' AND e.dst_node % 2 = 1 AND d.kind <> 'gpu'
+    GROUP BY e.profile_id, e.step_index, e.device_id, e.dst_ts_ps
 ),
 thread_gaps AS (
     SELECT profile_id, step_index, device_id, track_id, src_node, dst_node, src_ts_ps, dst_ts_ps FROM first_edges
@@ -308,9 +321,8 @@ sinks AS (
     FROM (
         SELECT k.profile_id, k.step_index, k.node, k.ts_ps, e.device_id, e.track_id
         FROM (
-            SELECT DISTINCT profile_id, step_index, dst_node AS node, dst_ts_ps AS ts_ps FROM edges AS n
-            WHERE NOT EXISTS (SELECT 1 FROM edges AS x WHERE x.profile_id = n.profile_id AND x.step_index = n.step_index
-                                                         AND x.src_node = n.dst_node)
+            SELECT DISTINCT n.profile_id, n.step_index, n.dst_node AS node, n.dst_ts_ps AS ts_ps FROM edges AS n
+            ANTI JOIN edges AS x ON x.profile_id = n.profile_id AND x.step_index = n.step_index AND x.src_node = n.dst_node
         ) AS k
         JOIN events AS e ON e.profile_id = k.profile_id AND e.event_id = k.node // 2
     ) AS n

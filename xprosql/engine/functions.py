@@ -55,7 +55,7 @@ from __future__ import annotations
 import duckdb
 import pyarrow as pa
 
-from xprosql.models.hardware import hardware_models_table
+from xprosql.models.hardware import hardware_models_sql
 from xprosql.models.torch_costs import op_costs, tensor_bytes_of_json
 
 __all__ = [
@@ -235,4 +235,4 @@ def register_functions(con: duckdb.DuckDBPyConnection) -> None:
         "xprosql_tensor_bytes", _tensor_bytes_udf, ["VARCHAR"] * 2, "BIGINT", type="arrow", side_effects=False,
         null_handling="special",
     )
-    con.register("hardware_models", hardware_models_table())
+    con.execute(f"CREATE VIEW hardware_models AS {hardware_models_sql()}")

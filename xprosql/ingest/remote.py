@@ -26,7 +26,7 @@ from typing import Any
 
 from xprosql.errors import IngestError
 from xprosql.ingest.xspace_wire import available_memory
-from xprosql.warehouse import filesystem
+from xprosql.warehouse import filesystem, store_error
 
 __all__ = ["RemoteFile", "find_remote_profiles", "read_remote", "remote_tags"]
 
@@ -93,6 +93,10 @@ def find_remote_profiles(
         listing: dict[str, dict[str, Any]] = fs.find(root, detail=True)
     except (OSError, ValueError) as exc:
         raise IngestError(uri, f"cannot list: {exc}") from None
+    except Exception as exc:  # no credentials found, ...: said with where they come from
+        if (reason := store_error(uri, exc)) is None:
+            raise
+        raise IngestError(uri, reason.removeprefix(f"{uri}: ")) from None
     if not listing:
         raise IngestError(uri, "no such file or prefix")
     files = {name.rstrip("/"): info for name, info in listing.items() if info.get("type", "file") == "file"}

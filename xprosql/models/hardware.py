@@ -10,7 +10,8 @@ models live here:
 * :data:`CHIPS`: published dense peaks per chip (bf16 matrix units or tensor
   cores, HBM bandwidth), matched on ``devices.model``. The roofline uses them
   when the ``devices`` row has no peak; :func:`hardware_models_table` is the
-  same table for SQL (every :class:`xprosql.Run` has it as ``hardware_models``).
+  same table in Arrow, :func:`hardware_models_sql` in SQL (every :class:`xprosql.Run` has it as
+  ``hardware_models``).
 
 CPU peaks are not modelled: pass them, or measure this machine with
 :func:`measure_cpu_peaks`.
@@ -43,6 +44,7 @@ __all__ = [
     "device_model",
     "gpu_model",
     "gpu_peak_flops_per_s",
+    "hardware_models_sql",
     "hardware_models_table",
     "measure_cpu_peaks",
     "normalize_model",
@@ -217,6 +219,28 @@ def hardware_models_table() -> pa.Table:
         "hbm_bytes": pa.array([c.hbm_bytes for c in CHIPS], pa.float64()),
         "max_memory_bytes": pa.array([c.max_memory_bytes for c in CHIPS], pa.float64()),
     })
+
+
+def hardware_models_sql() -> str:
+    """:func:`hardware_models_table` as a SQL SELECT of its rows, same columns and types.
+
+    A view of literals rather than a registered Arrow table: building Arrow arrays from Python values
+    and registering them makes pyarrow and DuckDB import pandas (0.15-0.3 s of a command's start)
+    to check whether the values are pandas objects."""
+    def number(value: float | None) -> str:
+        # repr round-trips the float; DuckDB parses the text to the same double
+        return "NULL::DOUBLE" if value is None else f"'{float(value)!r}'::DOUBLE"
+
+    def text(value: str) -> str:
+        return "'" + value.replace("'", "''") + "'"
+
+    rows = ",\n  ".join(
+        f"({i}::INTEGER, {text(c.name)}, {text(c.kind)}, {text(c.pattern)}, {number(c.peak_flops_per_s)}, "
+        f"{number(c.peak_fp32_flops_per_s)}, {number(c.peak_fp8_flops_per_s)}, {number(c.peak_hbm_bytes_per_s)}, "
+        f"{number(c.hbm_bytes)}, {number(c.max_memory_bytes)})"
+        for i, c in enumerate(CHIPS))
+    return (f"SELECT * FROM (VALUES\n  {rows}\n) AS t(priority, chip, kind, model_pattern, peak_flops_per_s, "
+            "peak_fp32_flops_per_s, peak_fp8_flops_per_s, peak_hbm_bytes_per_s, hbm_bytes, max_memory_bytes)")
 
 
 def measure_cpu_peaks(*, seconds: float = 1.0, size: int = 2048, repeats: int = 5) -> tuple[float, float]:

@@ -17,8 +17,6 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Literal
 
-import polars as pl
-
 from xprosql.engine import Engine, Result
 from xprosql.errors import ParameterError
 from xprosql.queries._params import given
@@ -122,6 +120,8 @@ def worst(
     Example:
         >>> worst(run.engine, by="idle_share", top=5).pl()                         # doctest: +SKIP
     """
+    import polars as pl
+
     if by == "step" and analysis is None:
         return engine.analysis("fleet.worst_steps", top=top)
     name = analysis or "fleet.profile_summary"

@@ -243,7 +243,9 @@ def _replay(graph: pa.Table, plan: _Plan, *, want_segments: bool) -> tuple[pa.Ta
 
     frame = pl.from_arrow(graph)
     assert isinstance(frame, pl.DataFrame)
-    frame = frame.sort(["job_id", "member_index", "window_start_ps", "src_ts_ps", "src_key", "dst_key"], nulls_last=True)
+    # A total order: of paths of equal length the replay takes the first, so the same graph gives the same path.
+    frame = frame.sort(["job_id", "member_index", "window_start_ps", "src_ts_ps", "src_key", "dst_key", "edge_kind",
+                        "weight_ps", "event_id"], nulls_last=True)
     base = frame["weight_ps"].fill_null(0).clip(lower_bound=0).to_numpy().astype(np.float64)
     factor = np.ones(frame.height)
     kind = frame["edge_kind"].to_numpy().astype(object)
@@ -292,7 +294,7 @@ def _replay(graph: pa.Table, plan: _Plan, *, want_segments: bool) -> tuple[pa.Ta
         windows = (frame[every].filter(pl.col("edge_kind").is_in(["start_skew", "step_gap"]))
                    .select("step", "member_index", "step_index", "window_start_ps", "window_end_ps", "window_end_key",
                            "missing_edges", "rank")
-                   .unique(["member_index", "step_index"]).sort("window_start_ps"))
+                   .unique(["member_index", "step_index"]).sort("window_start_ps", "member_index", "step_index"))
         job_start = int(windows["window_start_ps"].to_numpy().min())
         steps = (windows.group_by("step", maintain_order=True)
                  .agg(pl.col("window_start_ps").min().alias("_first"), pl.col("window_end_ps").max().alias("_end"),

@@ -21,15 +21,16 @@ import math
 import os
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any
-
-import polars as pl
+from typing import TYPE_CHECKING, Any
 
 from xprosql.engine import Engine, Result
 from xprosql.engine.connection import connect_views, query
 from xprosql.engine.functions import decode_memory_access_breakdown
 from xprosql.engine.library import library
 from xprosql.queries._params import Profiles, given
+
+if TYPE_CHECKING:
+    import polars as pl
 
 __all__ = ["ROOFLINE_KEYS", "memory_bound", "plot_roofline", "require_matplotlib", "roofline", "roofline_polars"]
 
@@ -99,6 +100,8 @@ def _float(value: float | None) -> float | None:
 
 def _strings(frame: pl.LazyFrame) -> pl.LazyFrame:
     """Dictionary-encoded columns arrive as Categorical: compare them as strings."""
+    import polars as pl
+
     schema = frame.collect_schema()
     return frame.with_columns(
         pl.col(name).cast(pl.String) for name, dtype in schema.items() if dtype in (pl.Categorical, pl.Enum) or isinstance(dtype, (pl.Categorical, pl.Enum))
@@ -107,6 +110,8 @@ def _strings(frame: pl.LazyFrame) -> pl.LazyFrame:
 
 def _cost_source() -> pl.Expr:
     """The cost source of a group of ops, by precedence (sql/ops/roofline.sql)."""
+    import polars as pl
+
     expr: Any = pl
     for source in ("profile", "declared", "triton_gemm", "library", "hlo", "trace", "shapes", "operand_bytes"):
         expr = expr.when((pl.col("cost_source") == source).any()).then(pl.lit(source))
@@ -115,11 +120,15 @@ def _cost_source() -> pl.Expr:
 
 def _sum_or_null(expr: pl.Expr) -> pl.Expr:
     """SQL's sum: null when every value is null."""
+    import polars as pl
+
     return pl.when(expr.is_not_null().any()).then(expr.sum()).otherwise(None)
 
 
 def _breakdown_frame(rows: list[tuple[Any, ...]], keys: list[str]) -> pl.DataFrame:
     """Decoded memory_access_breakdown per key: has_breakdown and bytes per occurrence by space."""
+    import polars as pl
+
     def total(entries: list[tuple[int, int, int]], space: int, op: int | None = None) -> int:
         return sum(b for o, s, b in entries if s == space and (op is None or o == op))
 
@@ -158,6 +167,8 @@ def roofline_polars(
         >>> frames = {name: run.table(name).filter(pl.col("profile_id") == pid) for name in run.tables}  # doctest: +SKIP
         >>> roofline_polars(frames, top=10).collect()                                     # doctest: +SKIP
     """
+    import polars as pl
+
     source = tables.__getitem__ if isinstance(tables, Mapping) else tables
     options = library().bind("ops.roofline", given(
         top=top, peak_flops_per_s=_float(peak_flops_per_s), peak_hbm_bytes_per_s=_float(peak_hbm_bytes_per_s),
@@ -528,6 +539,8 @@ def roofline_polars(
 
 def _peaks(table: Callable[[str], pl.LazyFrame], op_devices: pl.DataFrame, options: Mapping[str, Any]) -> pl.DataFrame:
     """The roofs per (profile, device kind) by the SQL's one definition (``sql/ops/_peaks.sql``), over the frames."""
+    import polars as pl
+
     frames = {
         "devices": table("devices").collect().to_arrow(),
         "device_stats": table("device_stats").collect().to_arrow(),
@@ -596,6 +609,8 @@ def plot_roofline(
     Example:
         >>> plot_roofline(run.roofline().pl(), "roofline.png")              # doctest: +SKIP
     """
+    import polars as pl
+
     require_matplotlib()
     import matplotlib
 
