@@ -47,7 +47,8 @@ WARMUP = REPOSITORY / "tests" / "data" / "xspace" / "mi300_jax_conv.xplane.pb"
 _HLO_STATS = ("import sys\nfrom xprof.convert.raw_to_tool_data import xspace_to_tool_data\n"
               "data, _ = xspace_to_tool_data([sys.argv[1]], 'hlo_stats', {'use_saved_result': False})\nassert data\n")
 FLEET = {"jobs": ("jobs", {}), "clock_offsets": ("clock_offsets", {}), "collectives": ("collectives", {}),
-         "stragglers": ("stragglers", {}), "what_if": ("what_if", {}), "memory_peaks": ("memory_peaks", {})}
+         "stragglers": ("stragglers", {}), "what_if": ("what_if", {}), "job_critical_path": ("job_critical_path", {}),
+         "memory_peaks": ("memory_peaks", {})}
 
 
 def _cell(result: tuple[float, float, float] | None) -> str:

@@ -29,15 +29,15 @@ from xprosql.errors import (
 )
 
 if TYPE_CHECKING:
-    from xprosql.engine import Result, compact
+    from xprosql.engine import Result
     from xprosql.engine.catalogue import analyses
-    from xprosql.ingest import IngestReport, ingest
+    from xprosql.ingest import IngestReport, compact, ingest
     from xprosql.run import Run, load
     from xprosql.watch import WatchReport, watch
 
 # Imported on first use: DuckDB, Polars and pyarrow take a second to load, and `xprosql --help`,
 # a worker process or `import xprosql.errors` need none of them.
-_LAZY = {"Result": "xprosql.engine", "compact": "xprosql.engine", "analyses": "xprosql.engine.catalogue",
+_LAZY = {"Result": "xprosql.engine", "compact": "xprosql.ingest", "analyses": "xprosql.engine.catalogue",
          "IngestReport": "xprosql.ingest", "ingest": "xprosql.ingest", "Run": "xprosql.run", "load": "xprosql.run",
          "WatchReport": "xprosql.watch", "watch": "xprosql.watch"}
 

@@ -120,7 +120,7 @@ def _cmd_ingest(args: argparse.Namespace) -> int:
 
 def _cmd_compact(args: argparse.Namespace) -> int:
     _arrow_without_pandas()
-    from xprosql.engine import compact
+    from xprosql.ingest import compact
 
     print(compact(args.dir, storage_options=_storage_options(args)))
     return 0
@@ -299,35 +299,20 @@ def _cmd_roofline(args: argparse.Namespace) -> int:
         peaks.update(peak_hbm_bytes_per_s=args.peak_hbm_bandwidth, peak_source="user")
     run = load(args.dir, storage_options=_storage_options(args))
     result = run.roofline(profiles=args.profile or None, top=args.top, **peaks)  # type: ignore[arg-type]
-    # The table drawn from Arrow, without Polars (0.15-0.3 s to import), unless a chart or CSV/JSON needs it.
-    drawn = (not args.out and args.format == "table"
-             and print_columns(_roofline_columns(result.arrow()), max_rows=args.max_rows, float_precision=4,
-                               what="the roofline"))
-    frame = None if drawn else result.pl()
-    if args.out:
-        assert frame is not None
+    frame = result.pl() if args.out or args.format != "table" else None
+    if frame is not None and args.out:
         _check_drawable(frame, args.profile[0] if args.profile else None)
-    if drawn:
-        pass
-    elif args.format in ("csv", "json"):
-        assert frame is not None
+    if frame is not None and args.format in ("csv", "json"):
         write(frame_of(frame.to_arrow(), nested_as_json=args.format == "csv"), args.format, None)
-    else:
-        import polars as pl
+    elif args.format == "table":
+        # Drawn from Arrow, without Polars (0.15-0.3 s to import); a table the terminal must wrap goes to Polars.
+        shown = _roofline_shown(result.arrow())
+        if not print_columns(_columns_of(shown), max_rows=args.max_rows, float_precision=4, what="the roofline"):
+            import polars as pl
 
-        assert frame is not None
-        shown = frame.select(
-            "row_kind", pl.col("profile_id").str.slice(0, 8), "device_kind", pl.coalesce("op", "module").alias("op"),
-            "category", "occurrences",
-            (pl.col("self_time_ps") / 1e9).round(3).alias("self_ms"),
-            (100 * pl.col("self_time_share")).round(2).alias("self_%"),
-            (pl.col("flop_rate") / 1e12).alias("TFLOP/s"),
-            (pl.col("hbm_bandwidth") / 1e9).alias("HBM GB/s"),
-            pl.col("operational_intensity").alias("FLOP/B"), "ridge_point", "bound_by", "roofline_efficiency",
-        )
-        print_frame(shown, max_rows=args.max_rows, float_precision=4, what="the roofline")
+            print_frame(pl.DataFrame(shown), max_rows=args.max_rows, float_precision=4, what="the roofline")
     if args.out:
-        assert frame is not None  # a chart is never drawn from the Polars-free table
+        assert frame is not None
         profile_id = args.profile[0] if args.profile else None
         try:
             path = (roofline_page(frame, args.out, profile_id=profile_id) if as_page
@@ -338,34 +323,40 @@ def _cmd_roofline(args: argparse.Namespace) -> int:
     return 0
 
 
-def _roofline_columns(table: pa.Table) -> list[Column]:
+def _roofline_shown(table: pa.Table) -> pa.Table:
     """The roofline's rows as the terminal shows them: the profile id's first 8 characters, times in ms, shares in
     %, rates in TFLOP/s and GB/s (rounded as Polars' ``round``: half to even of the scaled value)."""
-    from xprosql._cli_table import Column, column_of
+    import pyarrow as pa
 
     def values(name: str) -> list[Any]:
         return table.column(name).to_pylist()
 
-    def scaled(name: str, factor: float, divide: bool = True, digits: int | None = None) -> list[float | None]:
+    def scaled(name: str, factor: float, divide: bool = True, digits: int | None = None) -> pa.Array:
         out = []
         for value in values(name):
             if value is not None:
                 value = value / factor if divide else factor * value
                 value = round(value * 10**digits) / 10**digits if digits is not None else float(value)
             out.append(value)
-        return out
+        return pa.array(out, pa.float64())
 
-    def kept(name: str, label: str | None = None) -> Column:
-        column = column_of(label or name, table.column(name))
-        return column if column is not None else Column(label or name, "?", [])  # "?": not drawn, Polars prints
+    op = [a if a is not None else b for a, b in zip(values("op"), values("module"), strict=True)]
+    return pa.table({
+        "row_kind": table.column("row_kind"),
+        "profile_id": pa.array([v if v is None else v[:8] for v in values("profile_id")], pa.string()),
+        "device_kind": table.column("device_kind"), "op": pa.array(op, pa.string()), "category": table.column("category"),
+        "occurrences": table.column("occurrences"), "self_ms": scaled("self_time_ps", 1e9, digits=3),
+        "self_%": scaled("self_time_share", 100, divide=False, digits=2), "TFLOP/s": scaled("flop_rate", 1e12),
+        "HBM GB/s": scaled("hbm_bandwidth", 1e9), "FLOP/B": table.column("operational_intensity"),
+        "ridge_point": table.column("ridge_point"), "bound_by": table.column("bound_by"),
+        "roofline_efficiency": table.column("roofline_efficiency")})
 
-    op = [a if a is not None else b for a, b in zip(values("op"), values("module"))]
-    return [kept("row_kind"), Column("profile_id", "str", [v if v is None else v[:8] for v in values("profile_id")]),
-            kept("device_kind"), Column("op", "str", op), kept("category"), kept("occurrences"),
-            Column("self_ms", "f64", scaled("self_time_ps", 1e9, digits=3)),
-            Column("self_%", "f64", scaled("self_time_share", 100, divide=False, digits=2)),
-            Column("TFLOP/s", "f64", scaled("flop_rate", 1e12)), Column("HBM GB/s", "f64", scaled("hbm_bandwidth", 1e9)),
-            kept("operational_intensity", "FLOP/B"), kept("ridge_point"), kept("bound_by"), kept("roofline_efficiency")]
+
+def _columns_of(table: pa.Table) -> list[Column]:
+    """``table``'s columns for :func:`xprosql._cli_output.print_columns` (a type it cannot draw: "?", Polars prints)."""
+    from xprosql._cli_table import Column, column_of
+
+    return [column_of(name, table.column(name)) or Column(name, "?", []) for name in table.column_names]
 
 
 def _check_drawable(frame: pl.DataFrame, profile_id: str | None) -> None:

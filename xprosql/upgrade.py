@@ -29,7 +29,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from xprosql.errors import WarehouseError
-from xprosql.models.tables import PACK_DERIVED_TABLES, PARTITION_COLUMN, TABLES
+from xprosql.models.tables import JOB_DERIVED_TABLES, PACK_DERIVED_TABLES, PARTITION_COLUMN, TABLES
 from xprosql.warehouse import ROW_GROUP_ROWS, UNSIGNED_COLUMNS, Warehouse, _writer_options, to_file_types
 
 __all__ = ["UpgradeReport", "upgrade"]
@@ -123,7 +123,7 @@ def upgrade(path: str | os.PathLike[str]) -> UpgradeReport:
                 raise WarehouseError(f"{root}: upgrade wrote {rows_out} {table} rows for {rows_in}; nothing committed")
             report.rows[table] = rows_out
             lacking = sorted(set(committed) - have)
-            if lacking and table not in PACK_DERIVED_TABLES:
+            if lacking and table not in PACK_DERIVED_TABLES and table not in JOB_DERIVED_TABLES:  # stored by compaction
                 without[table] = lacking
         stored = sorted({p for pack in packs if all(t in pack["rows"] for t in PACK_DERIVED_TABLES)
                          for p in pack["profiles"]})

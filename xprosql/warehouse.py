@@ -104,7 +104,7 @@ from deltalake.exceptions import CommitFailedError
 from deltalake.transaction import AddAction, CommitProperties, RemoveAction
 
 from xprosql.errors import WarehouseError
-from xprosql.models.tables import PACK_DERIVED_TABLES, PARTITION_COLUMN, TABLES
+from xprosql.models.tables import JOB_DERIVED_TABLES, PACK_DERIVED_TABLES, PARTITION_COLUMN, TABLES
 
 __all__ = [
     "AUTO_COMPACT_MIN_PROFILES",
@@ -116,6 +116,7 @@ __all__ = [
     "VACUUM_RETENTION_HOURS",
     "CompactReport",
     "DataFile",
+    "JobRows",
     "PlacedProfile",
     "RemoteWarehouse",
     "Snapshot",
@@ -612,6 +613,19 @@ class DataFile:
 # Compaction's callback for the stored tables (xprosql.engine.derive_stored_table): (table, the profiles' snapshot,
 # the stored tables derived for them before this one) -> its rows.
 Derive = Callable[[str, "Snapshot", Mapping[str, pa.Table]], pa.Table]
+# Its callback for the job tables (JOB_DERIVED_TABLES; xprosql.queries.job_critical_path.derive_job_tables): the snapshot
+# -> None when the jobs it stores are those stored already (Snapshot.stored_jobs), else the rows to store.
+DeriveJobs = Callable[["Snapshot"], "JobRows | None"]
+
+
+@dataclass(frozen=True)
+class JobRows:
+    """The job tables' rows after a compaction: every job of the snapshot's, each table whole."""
+
+    #: the jobs whose rows the tables hold (those without rows too)
+    job_ids: tuple[str, ...]
+    #: JOB_DERIVED_TABLES -> its rows, profile_id the job's first profile
+    tables: Mapping[str, pa.Table]
 
 
 @dataclass(frozen=True)
@@ -638,6 +652,8 @@ class Snapshot:
     universe: tuple[str, ...] = ()
     #: credentials and endpoint of an object-storage warehouse (None: a local one, or the environment's)
     storage_options: Mapping[str, str] | None = field(default=None, repr=False, compare=False)
+    #: the jobs (jobs.jobs.job_id) whose rows the job tables (``JOB_DERIVED_TABLES``) hold
+    stored_jobs: frozenset[str] = frozenset()
 
     @property
     def remote(self) -> bool:
@@ -775,13 +791,17 @@ class CompactReport:
     files_replaced: int = 0
     rows: dict[str, int] = field(default_factory=dict)
     vacuumed: int = 0
+    #: jobs whose rows the job tables (JOB_DERIVED_TABLES) got in this compaction
+    jobs: int = 0
 
     def __str__(self) -> str:
-        if not self.files_written:
+        if not self.files_written and not self.jobs:
             text = f"nothing to compact (version {self.version})"
         else:
             text = (f"version {self.version}: {self.files_replaced} files of {self.profiles} profiles packed into "
                     f"{self.files_written} files, {sum(self.rows.values())} rows")
+        if self.jobs:
+            text += f"; the critical path and what-if of {self.jobs} new jobs stored"
         if self.vacuumed:
             text += f"; {self.vacuumed} unreferenced files vacuumed"
         return text
@@ -988,6 +1008,16 @@ class Warehouse:
             return frozenset(), without
         return frozenset(info.get("stored", ())), without
 
+    def _stored_jobs(self, lists_at: int | None) -> frozenset[str]:
+        """The jobs whose rows the job tables hold, as recorded at version ``lists_at`` (none when written by an
+        xprosql with other job tables)."""
+        if lists_at is None:
+            return frozenset()
+        info = self._commit_info(lists_at)
+        if sorted(info.get("stored_job_tables", ())) != sorted(JOB_DERIVED_TABLES):
+            return frozenset()
+        return frozenset(info.get("stored_jobs", ()))
+
     @staticmethod
     def _stale_stored(info: Mapping[str, Any]) -> bool:
         """Whether the stored profiles of a lists record hold other stored tables than this xprosql's."""
@@ -1076,7 +1106,8 @@ class Warehouse:
             raise WarehouseError(f"{self.root}: cannot read version {at}: {exc}") from None
         ids = tuple(sorted(self._ids_of(files["profiles"])))
         stored, without = self._lists(info.get("lists_at"))
-        snap = Snapshot(self.location, at, ids, files, stored & set(ids), without, ids, self.storage_options)
+        snap = Snapshot(self.location, at, ids, files, stored & set(ids), without, ids, self.storage_options,
+                        stored_jobs=self._stored_jobs(info.get("lists_at")))
         if profiles is not None:
             snap = snap.restrict(profiles)
         return snap
@@ -1275,15 +1306,18 @@ class Warehouse:
         min_profiles: int = 2,
         wait: bool = True,
         derive: Derive | None = None,
+        derive_jobs: DeriveJobs | None = None,
         retention_hours: float = VACUUM_RETENTION_HOURS,
     ) -> CompactReport | None:
         """Pack small files into files of up to ``target_rows`` rows ordered by profile, store the rows of
-        ``PACK_DERIVED_TABLES`` for the profiles not stored yet, then vacuum.
+        ``PACK_DERIVED_TABLES`` for the profiles not stored yet and those of ``JOB_DERIVED_TABLES`` for the jobs
+        not stored yet, then vacuum.
 
-        ``derive(table, snapshot, earlier)`` computes those rows (``xprosql.engine.derive_stored_table``; ``xprosql.compact``
-        passes it); without it none are stored, and analyses compute them from events. Ingests wait for the
-        commit lock meanwhile; readers do not (a snapshot taken before keeps its files: see the module
-        docstring). Returns None when ``wait`` is False and another commit or compaction holds the lock.
+        ``derive(table, snapshot, earlier)`` computes the per-profile rows (``xprosql.engine.derive_stored_table``),
+        ``derive_jobs(snapshot)`` the job tables (``xprosql.queries.job_critical_path.derive_job_tables``);
+        ``xprosql.compact`` passes both. Without them nothing is stored, and analyses compute it at query time.
+        Ingests wait for the commit lock meanwhile; readers do not (a snapshot taken before keeps its files: see the
+        module docstring). Returns None when ``wait`` is False and another commit or compaction holds the lock.
 
         Example:
             >>> print(Warehouse("run/").compact())                    # doctest: +SKIP
@@ -1303,8 +1337,14 @@ class Warehouse:
             fresh = sorted(set(snap.profile_ids) - stored)
             # Stored by an xprosql with other stored tables: their rows go, and every profile is stored again.
             restore = head.lists_at is not None and self._stale_stored(self._commit_info(head.lists_at))
-            plans = {t: self._plan(snap.files.get(t, ()), target_rows) for t in TABLES if t not in PACK_DERIVED_TABLES}
-            if len(fresh) < min_profiles and not restore and not any(len(groups) for groups in plans.values()):
+            plans = {t: self._plan(snap.files.get(t, ()), target_rows) for t in TABLES
+                     if t not in PACK_DERIVED_TABLES and t not in JOB_DERIVED_TABLES}
+            stored_jobs = self._stored_jobs(head.lists_at)
+            # The job analyses read the profiles' stored rows (as a query would), not what this compaction stores.
+            before = replace(snap, stored=stored & set(snap.profile_ids), stored_jobs=stored_jobs)
+            jobs = derive_jobs(before) if derive_jobs is not None else None
+            if (len(fresh) < min_profiles and not restore and jobs is None
+                    and not any(len(groups) for groups in plans.values())):
                 report.vacuumed = self._vacuum(retention_hours)
                 return report
             written: list[str] = []  # what a failure (a full disk) must not leave filling the disk
@@ -1320,8 +1360,13 @@ class Warehouse:
                                 for f in snap.files.get(table, ()))
                     if derive is not None and fresh:
                         self._store(snap, fresh, derive, target_rows, staging.directory, actions, written, report)
+                    if jobs is not None:
+                        self._store_jobs(snap, jobs, staging.directory, actions, written, report)
+                        report.jobs = len(set(jobs.job_ids) - stored_jobs)
+                        stored_jobs = frozenset(jobs.job_ids)
                     lists = {"stored": sorted(stored | set(fresh)) if derive is not None else sorted(stored),
                              "stored_tables": sorted(PACK_DERIVED_TABLES),
+                             "stored_jobs": sorted(stored_jobs), "stored_job_tables": sorted(JOB_DERIVED_TABLES),
                              "without": {t: sorted(ids) for t, ids in without.items()}}
                     report.version = self._publish(head, {t: a for t, a in actions.items() if t != "profiles"},
                                                    actions.get("profiles", []), operation="compact", lists=lists)
@@ -1381,6 +1426,28 @@ class Warehouse:
                 actions.setdefault(table, []).append(add)
                 report.rows[table] = report.rows.get(table, 0) + rows.num_rows
                 report.files_written += 1
+
+    def _store_jobs(self, snap: Snapshot, jobs: JobRows, scratch: Path, actions: dict[str, list[AddAction | RemoveAction]],
+                    written: list[str], report: CompactReport) -> None:
+        """Replace each job table's files by one file of ``jobs``' rows: its remove and add actions."""
+        stamp = _now_ms()
+        for table in JOB_DERIVED_TABLES:
+            actions.setdefault(table, []).extend(
+                RemoveAction(self._relative(table, f.path), True, stamp) for f in snap.files.get(table, ()))
+            rows = jobs.tables.get(table)
+            if rows is None or not rows.num_rows:
+                continue
+            schema = file_schema(table)
+            rows = to_file_types(table, rows.select(schema.names)).cast(schema).sort_by(PARTITION_COLUMN)
+            target = scratch / f"{table}-{uuid.uuid4().hex}.parquet"
+            written.append(str(target))
+            pq.write_table(rows, target, compression="zstd", row_group_size=ROW_GROUP_ROWS)
+            ids = rows.column(PARTITION_COLUMN)
+            add = self._add(table, target, rows.num_rows, pc.min(ids).as_py(), pc.max(ids).as_py())
+            written.append(self._file_path(table, add.path))
+            actions[table].append(add)
+            report.rows[table] = report.rows.get(table, 0) + rows.num_rows
+            report.files_written += 1
 
     def _pinned_snapshot(self, head: _Head) -> Snapshot:
         files = {t: self._data_files(self._open(t, head.version if t == "profiles" else head.versions[t])) for t in TABLES}
@@ -1705,13 +1772,14 @@ class RemoteWarehouse(Warehouse):
         min_profiles: int = 2,
         wait: bool = True,
         derive: Derive | None = None,
+        derive_jobs: DeriveJobs | None = None,
         retention_hours: float = VACUUM_RETENTION_HOURS,
     ) -> CompactReport | None:
         """:meth:`Warehouse.compact`; None also when another compaction committed while this one worked (nothing of
         this one is kept: the next finds less to do). ``wait`` has nothing to wait for: there is no lock."""
         try:
             return super().compact(target_rows=target_rows, min_profiles=min_profiles, wait=wait, derive=derive,
-                                   retention_hours=retention_hours)
+                                   derive_jobs=derive_jobs, retention_hours=retention_hours)
         except _Superseded:
             return None
 

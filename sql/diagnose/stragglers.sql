@@ -12,9 +12,14 @@
 -- (jobs.clock_offsets) and the cost is what the others waited, HTA's late start kept beside it as a
 -- measure (the steps where its metric ranks the rank in its top 2).
 --
--- The saving is jobs.what_if's: in each step where the rank straggles, the job's step time less the
--- step time had the rank arrived with the next latest (saving_ps = its delay_imposed_ps), summed over
--- those steps; the share is that over the job's step time (jobs.stragglers' job_step_ps, the longest
+-- The saving is the what-if's: in each step where the rank straggles, the job's step time less the
+-- step time with the rank running like the median. Where compaction stored the job's what-if
+-- (stored_job_what_if, method replay: the job's critical-path graph propagated again with the rank's
+-- compute scaled to the median's, xprosql.queries.job_critical_path), that replayed saving; otherwise
+-- jobs.what_if's subtraction (the step time had the rank arrived with the next latest: saving_ps = its
+-- delay_imposed_ps), labelled in saving_method. A job not stored yet (its last member arrived after the
+-- last compaction) keeps the subtraction here, where run.what_if() replays it at query time: compaction
+-- stores it. Summed over those steps; the share is that over the job's step time (jobs.stragglers' job_step_ps, the longest
 -- rank's wall) summed over every step of the job, so it is at most 1. An upper bound: it assumes
 -- the others wait in each collective (synchronous collectives on the critical path). A rank that
 -- imposes $min_cost_share in a step where another rank imposes more is left out of that step: the
@@ -45,9 +50,9 @@
 --   evidence  VARCHAR  the numbers as a sentence
 --   measures  MAP(VARCHAR, DOUBLE)  delay_imposed_ps, job_step_ps, worst_step_delay_share, straggled_steps_count, steps_count, last_arrivals_count, waiting_rank_time_ps, max_pace_excess_ps_signed, hta_flagged_steps_count
 --   subjects  VARCHAR[]  the rank (member of jobs.stragglers)
---   expected_saving_ps  BIGINT  jobs.what_if's saving over the steps it straggles in, ps
+--   expected_saving_ps  BIGINT  the what-if's saving over the steps it straggles in (replayed where stored, else jobs.what_if's), ps
 --   expected_saving_share  DOUBLE  that over the job's step time summed over its complete steps, 0..1
---   saving_method  VARCHAR  how the saving is estimated
+--   saving_method  VARCHAR  how the saving is estimated: replay (stored_job_what_if), jobs.what_if's subtraction, or replay in some steps
 --   fix  VARCHAR  what to change
 --   reference  VARCHAR  where the rule comes from
 WITH stragglers AS (
@@ -80,15 +85,19 @@ job_steps AS (
     SELECT job_id, step FROM rank_steps GROUP BY job_id, step HAVING bool_and(complete IS NOT false)
 ),
 step_what_if AS (
-    SELECT w.job_id, w.step, w.job_step_ps, w.worst_member, w.saving_ps
+    SELECT w.job_id, w.step, w.job_step_ps, w.worst_member, coalesce(r.saving_ps, w.saving_ps) AS saving_ps,
+        r.saving_ps IS NOT NULL AS replayed
     FROM what_if AS w JOIN job_steps AS j USING (job_id, step)
+    LEFT JOIN stored_job_what_if AS r
+        ON r.job_id = w.job_id AND r.step = w.step AND r.scope = 'step' AND r.method = 'replay'
+        AND r.worst_member = w.worst_member
     WHERE w.scope = 'step'
 ),
 job_time AS (
     SELECT job_id, sum(job_step_ps) AS job_step_ps, count(*) AS steps FROM step_what_if GROUP BY job_id
 ),
 straggled AS (
-    SELECT s.*, w.saving_ps
+    SELECT s.*, w.saving_ps, w.replayed
     FROM rank_steps AS s
     JOIN step_what_if AS w ON w.job_id = s.job_id AND w.step = s.step AND w.worst_member = s.member
     WHERE s.straggler
@@ -99,6 +108,7 @@ per_rank AS (
         count(*) AS straggled_steps,
         list(step ORDER BY step) AS steps_list,
         sum(saving_ps) AS saving_ps,
+        count(*) FILTER (WHERE replayed) AS replayed_steps,
         sum(delay_imposed_ps) AS delay_imposed_ps,
         sum(last_arrivals) AS last_arrivals,
         sum(instances) AS instances,
@@ -147,9 +157,16 @@ SELECT
     [f.member] AS subjects,
     CAST(least(f.saving_ps, f.job_step_ps) AS BIGINT) AS expected_saving_ps,
     f.share AS expected_saving_share,
-    'jobs.what_if: in each step it straggles in, the job''s step time less the step time with the rank running like the '
-        || 'median one (its delay_imposed_ps: the waits it imposed, each instant once), summed; an upper bound that assumes '
-        || 'the other ranks wait in every collective' AS saving_method,
+    CASE WHEN f.replayed_steps = f.straggled_steps THEN
+        'replay (stored_job_what_if): in each step it straggles in, the job''s critical-path graph propagated again '
+        || 'with its compute scaled to the median rank''s, the step time saved, summed'
+    ELSE
+        (CASE WHEN f.replayed_steps > 0 THEN printf('replay in %d of its %d steps, else ', f.replayed_steps, f.straggled_steps)
+         ELSE '' END)
+        || 'jobs.what_if: in each step it straggles in, the job''s step time less the step time with the rank running like '
+        || 'the median one (its delay_imposed_ps: the waits it imposed, each instant once), summed; an upper bound that '
+        || 'assumes the other ranks wait in every collective'
+    END AS saving_method,
     printf('Look at %s''s host (profile %s) in the steps it is late in: CPU contention (other processes, too few cores '
         || 'per rank: torch.set_num_threads, taskset/numactl pinning), data loading (DataLoader num_workers, '
         || 'pin_memory, prefetch_factor), thermal throttling or a lower clock (nvidia-smi -q -d CLOCK,PERFORMANCE), a '

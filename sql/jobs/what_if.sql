@@ -17,7 +17,8 @@
 -- other work, the saving is smaller, so this is an upper bound on what fixing the straggler gains.
 -- Where the job's ranks are Kineto traces, run.what_if() (xprosql.queries.job_critical_path.job_what_if)
 -- replaces this estimate by a replay over the job's critical-path graph (critical_path.job_graph): the worst
--- rank's compute scaled to the median rank's, the step propagated again; its rows say which (method).
+-- rank's compute scaled to the median rank's, the step propagated again; its rows say which (method);
+-- compaction stores those rows per job (stored_job_what_if), which diagnose.stragglers reads.
 --
 -- One row per job and step (scope step), and one per job (scope job: the steps summed; its
 -- worst_member is the member with the largest delay over the job).

@@ -23,7 +23,6 @@ Example:
 from __future__ import annotations
 
 import json
-import os
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, Protocol
@@ -37,10 +36,10 @@ from xprosql.engine.library import Library, library, used_parameters
 from xprosql.engine.result import Result, first_line
 from xprosql.errors import ParameterError, QueryError
 from xprosql.models.tables import PACK_DERIVED_TABLES
-from xprosql.warehouse import PACK_TARGET_ROWS, VACUUM_RETENTION_HOURS, CompactReport, Snapshot, Warehouse
+from xprosql.warehouse import PACK_TARGET_ROWS, Snapshot
 
 __all__ = [
-    "SHARE_EVENTS", "Backend", "Engine", "LocalBackend", "combine", "compact", "derive_stored_table", "profiles_where",
+    "SHARE_EVENTS", "Backend", "Engine", "LocalBackend", "combine", "derive_stored_table", "profiles_where",
     "scans_events",
 ]
 
@@ -409,21 +408,3 @@ def profiles_where(snapshot: Snapshot, where: str) -> list[str]:
         con.close()
     return [r[0] for r in rows]
 
-
-def compact(path: str | os.PathLike[str], *, target_rows: int = PACK_TARGET_ROWS, min_profiles: int = 2,
-            wait: bool = True, retention_hours: float = VACUUM_RETENTION_HOURS,
-            storage_options: Mapping[str, str] | None = None) -> CompactReport | None:
-    """Compact the warehouse at ``path`` (:meth:`xprosql.warehouse.Warehouse.compact`: Delta's optimize, ordered
-    by profile, then vacuum), storing for the profiles compacted the first time the rows of
-    ``PACK_DERIVED_TABLES`` that fleet queries read instead of events.
-
-    ``target_rows``: rows of a packed file; ``retention_hours``: how long a file no latest version references
-    is kept for readers of older versions before vacuum deletes it. ``storage_options``: credentials and endpoint of
-    an object-storage warehouse (``s3://...``; default: the environment's).
-
-    Example:
-        >>> print(xprosql.compact("run/"))                                     # doctest: +SKIP
-    """
-    return Warehouse(path, storage_options=storage_options).compact(
-        target_rows=target_rows, min_profiles=min_profiles, wait=wait, derive=derive_stored_table,
-        retention_hours=retention_hours)

@@ -24,12 +24,14 @@ from xprosql.ingest.batch import (
     read_metadata_file,
     tags_for,
 )
+from xprosql.ingest.compaction import compact
 
 __all__ = [
     "METADATA_FILE",
     "IngestInterrupted",
     "IngestReport",
     "ProfileIngested",
+    "compact",
     "find_profiles",
     "ingest",
     "profile_id_of",

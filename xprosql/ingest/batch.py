@@ -48,9 +48,9 @@ from typing import IO, Any, Literal, TypeVar
 import duckdb
 import pyarrow as pa
 
-from xprosql.engine.executor import derive_stored_table
 from xprosql.errors import IngestError, WarehouseError
 from xprosql.ingest import xspace_wire
+from xprosql.ingest.compaction import compact_warehouse
 from xprosql.ingest.derived import DecodedTables, Deriver
 from xprosql.ingest.remote import RemoteFile, find_remote_profiles, read_remote, remote_tags
 from xprosql.ingest.secrets import Redactor
@@ -799,7 +799,7 @@ def ingest(
     # Also after a run that found everything present: a resume after a kill during compaction compacts.
     if (report.ingested or report.skipped) and not report.stopped and (compact is True or (compact == "auto" and warehouse.uncompacted_profiles() >= AUTO_COMPACT_MIN_PROFILES)):
         try:
-            report.compaction = warehouse.compact(wait=compact is True, derive=derive_stored_table)
+            report.compaction = compact_warehouse(warehouse, wait=compact is True)
         except OSError as exc:  # the profiles are committed; the files it began are gone again
             report.failed.append((str(into), f"compaction not done ({exc.strerror or exc}): the profiles are kept "
                                              "as they were; run `xprosql compact` once there is room"))

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import pyarrow as pa
 
-__all__ = ["INGEST_DERIVED_TABLES", "PACK_DERIVED_TABLES", "PARTITION_COLUMN", "TABLES", "column_unit", "table_schema", "tables_markdown"]
+__all__ = ["INGEST_DERIVED_TABLES", "JOB_DERIVED_TABLES", "PACK_DERIVED_TABLES", "PARTITION_COLUMN", "TABLES", "column_unit", "table_schema", "tables_markdown"]
 
 PARTITION_COLUMN = "profile_id"
 
@@ -40,6 +40,10 @@ _STAT_VALUE_COLUMNS = [
     _col("str_value", pa.string(), "value when value_type is str, or the interned string of a ref"),
     _col("bytes_value", pa.binary(), "value when value_type is bytes"),
 ]
+
+# The categories of a job's critical path (xprosql.queries.job_critical_path.JOB_BOUND_BY; a test checks they agree).
+_JOB_PATH_CATEGORIES = ("cpu_bound", "gpu_compute_bound", "gpu_communication_bound", "gpu_kernel_kernel_overhead",
+                        "gpu_kernel_launch_overhead", "cpu_untraced", "host_communication_bound", "start_skew")
 
 TABLES: dict[str, pa.Schema] = {
     "profiles": pa.schema([
@@ -470,6 +474,56 @@ TABLES: dict[str, pa.Schema] = {
         _col("capacity_bytes", pa.int64(), "the device's memory", "bytes"),
         _col("peak_capacity_share", pa.float64(), "peak_in_use_bytes / capacity_bytes, 0..1"),
     ]),
+    # Job-level stored tables (JOB_DERIVED_TABLES): one job's rows under the job's first profile (its smallest
+    # profile_id), for the jobs the compaction that wrote them listed (Snapshot.stored_jobs). A job's id is the hash of
+    # its members, so a member arriving later makes a new job, computed at query time until the next compaction.
+    # The rows of xprosql.queries.job_critical_path.job_critical_path() without changes:
+    "stored_job_critical_path": pa.schema([
+        _col("job_id", pa.string(), "the job (jobs.jobs.job_id)"),
+        _col("job", pa.string(), "its key (jobs.jobs.job)"),
+        _col("job_tag", pa.string(), "its tags['job'], when tagged"),
+        _col("step", pa.int64(), "the step number"),
+        _col("ranks", pa.int64(), "members with a window of the step"),
+        _col("measured_ps", pa.int64(), "the job's step as measured: from the latest end of the previous step's windows to the latest end of its own", "ps"),
+        _col("longest_wall_ps", pa.int64(), "the longest member window of the step", "ps"),
+        _col("baseline_ps", pa.int64(), "the graph replayed unchanged", "ps"),
+        _col("length_ps", pa.int64(), "the graph replayed with the changes (none here: baseline_ps)", "ps"),
+        _col("saving_ps", pa.int64(), "baseline_ps - length_ps, at least 0", "ps"),
+        _col("saving_share", pa.float64(), "saving_ps / baseline_ps, 0..1"),
+        *[_col(f"{category}_ps", pa.int64(), f"time of the path's {category} edges", "ps") for category in _JOB_PATH_CATEGORIES],
+        *[_col(f"{category}_share", pa.float64(), f"{category}_ps / the path's timed edges, 0..1")
+          for category in _JOB_PATH_CATEGORIES],
+        _col("path_ranks", pa.list_(pa.int64()), "the ranks the path runs through, in order"),
+        _col("rank_switches", pa.int64(), "len(path_ranks) - 1"),
+        _col("held_by_member", pa.string(), "the member with most time on the path"),
+        _col("held_by_rank", pa.int64(), "its rank"),
+        _col("held_by_share", pa.float64(), "its share of the path, 0..1"),
+        _col("held_by_op", pa.string(), "the op or annotation with most time on the path"),
+        _col("held_by_op_rank", pa.int64(), "the rank it ran on"),
+        _col("held_by_op_ps", pa.int64(), "its time on the path", "ps"),
+        _col("collectives_on_path", pa.int64(), "collective instances whose last arrival the path waits for"),
+        _col("changed", pa.list_(pa.string()), "the changes applied, as text (none here)"),
+        _col("path_edges", pa.int64(), "edges of the path"),
+        _col("graph_edges", pa.int64(), "edges of the step's windows"),
+        _col("missing_edges", pa.list_(pa.string()), "what the members' traces lack, 'rank N:' before each"),
+    ]),
+    # The rows of xprosql.queries.job_critical_path.job_what_if() (run.what_if()) with default parameters:
+    "stored_job_what_if": pa.schema([
+        _col("job_id", pa.string(), "the job (jobs.jobs.job_id)"),
+        _col("scope", pa.string(), "step or job (its steps summed)"),
+        _col("step", pa.int64(), "step number; NULL for scope job"),
+        _col("steps", pa.int64(), "steps in the row"),
+        _col("ranks", pa.int64(), "ranks with matched collectives in the step(s)"),
+        _col("job_step_ps", pa.int64(), "the job's step time", "ps"),
+        _col("worst_member", pa.string(), "the member that imposed the most delay"),
+        _col("worst_rank", pa.int64(), "its rank"),
+        _col("worst_delay_ps", pa.int64(), "the delay it imposed", "ps"),
+        _col("median_delay_ps", pa.int64(), "the median delay the step's ranks imposed", "ps"),
+        _col("what_if_step_ps", pa.int64(), "the step time with the worst rank running like the median", "ps"),
+        _col("saving_ps", pa.int64(), "job_step_ps - what_if_step_ps", "ps"),
+        _col("saving_share", pa.float64(), "saving_ps / job_step_ps, 0..1"),
+        _col("method", pa.string(), "replay (over the job's critical-path graph), subtraction, or mixed (scope job)"),
+    ]),
     # The findings of the per-profile rules (sql/diagnose/_profile_findings.sql, default thresholds), stored by
     # compaction; empty for profiles not compacted yet, whose findings are computed from their events.
     # Every rule of sql/diagnose/ returns exactly these columns (tests/test_diagnose.py checks).
@@ -504,6 +558,8 @@ PACK_DERIVED_TABLES: dict[str, str] = {"stored_steps": "steps.steps", "stored_bo
                                        "stored_collective_calls": "jobs._collective_calls",
                                        "stored_findings": "diagnose._profile_findings",
                                        "stored_memory_peaks": "memory.memory_peaks"}
+# Written by compaction for the jobs whose rows it has not stored (see the schemas above):
+JOB_DERIVED_TABLES = ("stored_job_critical_path", "stored_job_what_if")
 
 
 def table_schema(name: str) -> pa.Schema:

@@ -43,11 +43,13 @@ import pyarrow as pa
 
 from xprosql.engine import Engine, Result
 from xprosql.errors import NotApplicableWarning
+from xprosql.models.tables import PARTITION_COLUMN, table_schema
 from xprosql.queries._params import Profiles, given
 from xprosql.queries.critical_path import _EDGE_ORDER, BOUND_BY, COMPILED_EDGES, _factors, longest_path, replay
+from xprosql.warehouse import JobRows, Snapshot
 
-__all__ = ["JOB_BATCH_EVENTS", "JOB_BOUND_BY", "LikeMedian", "job_critical_path", "job_critical_path_graph", "job_critical_path_segments",
-           "job_what_if"]
+__all__ = ["JOB_BATCH_EVENTS", "JOB_BOUND_BY", "LikeMedian", "derive_job_tables", "job_critical_path", "job_critical_path_graph",
+           "job_critical_path_segments", "job_what_if"]
 
 # The categories of a job's path: HTA's, host time outside profiled ops, host collectives, late starts.
 JOB_BOUND_BY = (*BOUND_BY, "cpu_untraced", "host_communication_bound", "start_skew")
@@ -58,18 +60,9 @@ _JOB_EDGES = ("start_skew", "step_gap", "job_end", "collective_arrival", "collec
 # Ranks that run like the median: these ranks in every step, the slowest rank of each step, or per (job_id, step).
 LikeMedian = int | Sequence[int] | Literal["slowest"] | Mapping[tuple[str, int | None], int]
 
-_STEP_SCHEMA = pa.schema([
-    ("job_id", pa.string()), ("job", pa.string()), ("job_tag", pa.string()), ("step", pa.int64()),
-    ("ranks", pa.int64()), ("measured_ps", pa.int64()), ("longest_wall_ps", pa.int64()),
-    ("baseline_ps", pa.int64()), ("length_ps", pa.int64()), ("saving_ps", pa.int64()), ("saving_share", pa.float64()),
-    *[(f"{b}_ps", pa.int64()) for b in JOB_BOUND_BY],
-    *[(f"{b}_share", pa.float64()) for b in JOB_BOUND_BY],
-    ("path_ranks", pa.list_(pa.int64())), ("rank_switches", pa.int64()), ("held_by_member", pa.string()),
-    ("held_by_rank", pa.int64()), ("held_by_share", pa.float64()), ("held_by_op", pa.string()),
-    ("held_by_op_rank", pa.int64()), ("held_by_op_ps", pa.int64()), ("collectives_on_path", pa.int64()),
-    ("changed", pa.list_(pa.string())), ("path_edges", pa.int64()), ("graph_edges", pa.int64()),
-    ("missing_edges", pa.list_(pa.string())),
-])
+# A step's row is what compaction stores for a job's steps (the schema with its columns' descriptions).
+_STEP_SCHEMA = table_schema("stored_job_critical_path")
+_WHAT_IF_SCHEMA = table_schema("stored_job_what_if")
 _SEGMENT_SCHEMA = pa.schema([
     ("job_id", pa.string()), ("step", pa.int64()), ("position", pa.int64()), ("kind", pa.string()),
     ("profile_id", pa.string()), ("member", pa.string()), ("rank", pa.int64()), ("instance", pa.string()),
@@ -81,16 +74,6 @@ _SEGMENT_SCHEMA = pa.schema([
 # Jobs are analysed in batches of about this many events (a larger job alone): a graph holds about 4 edges per
 # event, which the replay holds several times over (1 M events of a 4 M-edge job: 8.7 GB peak).
 JOB_BATCH_EVENTS = 1_000_000
-# job_graph's columns, for a graph without rows (no job among the profiles).
-_GRAPH_SCHEMA = pa.schema([
-    ("job_id", pa.string()), ("job", pa.string()), ("job_tag", pa.string()), ("step", pa.int64()),
-    ("profile_id", pa.string()), ("member", pa.string()), ("rank", pa.int64()), ("member_index", pa.int64()),
-    ("step_index", pa.int64()), ("window_start_ps", pa.int64()), ("window_end_ps", pa.int64()),
-    ("window_end_key", pa.int64()), ("device_id", pa.int32()), ("track_id", pa.int32()), ("src_node", pa.int64()),
-    ("dst_node", pa.int64()), ("src_key", pa.int64()), ("dst_key", pa.int64()), ("src_ts_ps", pa.int64()),
-    ("dst_ts_ps", pa.int64()), ("edge_kind", pa.string()), ("weight_ps", pa.int64()), ("event_id", pa.int64()),
-    ("name", pa.string()), ("bound_by", pa.string()), ("instance", pa.string()), ("missing_edges", pa.list_(pa.string())),
-])
 
 
 @dataclass(frozen=True)
@@ -132,11 +115,17 @@ def job_critical_path(engine: Engine, *, profiles: Profiles = None, changes: Map
     collectives_on_path (instances whose last arrival the path waits for); changed (the changes applied, as
     text); path_edges; graph_edges (the edges of the step's windows); missing_edges (what the members' traces
     lack, ``rank N:`` before each).
+
+    Without changes and ``include_last_step``, the rows of jobs a compaction stored (``stored_job_critical_path``)
+    are read, not replayed; the others are computed. Rows come in the order of the jobs' starts, then by step.
     """
     plan = _Plan(dict(changes or {}), like_median, tuple(remove or ()), overlap_communication)
-    steps = [_replay(graph, plan, want_segments=False)[0]
-             for graph in _job_graphs(engine, profiles, include_last_step=include_last_step)]
-    return Result.from_arrow(pa.concat_tables(steps), description="job_critical_path")
+    listed = _jobs(engine, profiles)
+    stored = _stored(engine, listed) if plan.empty and include_last_step is None else set()
+    parts = [_stored_rows(engine, "stored_job_critical_path", stored)]
+    parts += [_replay(graph, plan, want_segments=False)[0]
+              for graph in _job_graphs(engine, _without(listed, stored), include_last_step=include_last_step)]
+    return Result.from_arrow(_in_job_order(pa.concat_tables(parts), listed), description="job_critical_path")
 
 
 def job_critical_path_segments(engine: Engine, *, profiles: Profiles = None,
@@ -152,8 +141,9 @@ def job_critical_path_segments(engine: Engine, *, profiles: Profiles = None,
     category; top_op / top_op_ps the op or annotation with most time in it; edges the path edges it holds.
     """
     plan = _Plan(dict(changes or {}), like_median, tuple(remove or ()), overlap_communication)
-    segments = [_replay(graph, plan, want_segments=True)[1]
-                for graph in _job_graphs(engine, profiles, include_last_step=include_last_step)]
+    segments = [_SEGMENT_SCHEMA.empty_table()]
+    segments += [_replay(graph, plan, want_segments=True)[1]
+                 for graph in _job_graphs(engine, _jobs(engine, profiles), include_last_step=include_last_step)]
     return Result.from_arrow(pa.concat_tables(segments), description="job_critical_path_segments")
 
 
@@ -163,23 +153,143 @@ def job_what_if(engine: Engine, *, profiles: Profiles = None, min_matched: int |
 
     A replayed step: the worst rank (jobs.what_if's worst_rank) runs like the median (``like_median``), the
     saving is the replayed step's (baseline_ps - length_ps) and ``what_if_step_ps`` = job_step_ps - saving_ps.
-    A job row sums its steps; its method is replay, subtraction, or mixed.
+    A job row sums its steps; its method is replay, subtraction, or mixed. With the default ``min_matched`` the
+    rows of jobs a compaction stored (``stored_job_what_if``) are read, not replayed; the others are computed.
     """
+    listed = _jobs(engine, profiles)
+    stored = _stored(engine, listed) if min_matched is None else set()
+    rest = _without(listed, stored)
+    estimate, chosen = _what_if_estimate(engine, rest, min_matched, over=profiles if not stored else _members(rest))
+    replayed: dict[tuple[str, int | None], int] = {}
+    with warnings.catch_warnings():  # profiles without a graph keep the estimate, labelled: nothing to warn of
+        warnings.simplefilter("ignore", NotApplicableWarning)
+        for graph in _job_graphs(engine, rest.filter(_is_in("job_id", {job for job, _ in chosen}))):
+            replayed.update(_replayed_savings(graph, chosen))
+    table = pa.concat_tables([_stored_rows(engine, "stored_job_what_if", stored), _what_if_rows(estimate, replayed)])
+    keyed = table.append_column("_step", _nulls_last(table.column("step")))
+    order = [("job_id", "ascending"), ("scope", "descending"), ("_step", "ascending")]
+    return Result.from_arrow(keyed.sort_by(order).drop(["_step"]), description="job_what_if")
+
+
+def derive_job_tables(snapshot: Snapshot) -> JobRows | None:
+    """The job tables a compaction stores (``JOB_DERIVED_TABLES``): :func:`job_critical_path` without changes and
+    :func:`job_what_if` with its defaults, for every job of ``snapshot``; None when its jobs are those stored already.
+
+    The rows of jobs stored before are kept, those of jobs no longer there (a member arrived: a new job id) go, and
+    the new jobs' graphs are built once for both tables. Compaction's callback (``Warehouse.compact(derive_jobs=...)``).
+    A failure stores nothing (a warning says why): the job analyses then compute every job at query time.
+    """
+    engine = Engine(snapshot)
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", NotApplicableWarning)  # a job without a graph stores the estimate, labelled
+            return _job_tables(engine, snapshot.stored_jobs)
+    except Exception as exc:
+        warnings.warn(f"{snapshot.root}: job tables not stored ({type(exc).__name__}: {exc}); the job analyses "
+                      "compute every job at query time", RuntimeWarning, stacklevel=2)
+        return None
+    finally:
+        engine.close()
+
+
+def _job_tables(engine: Engine, stored_jobs: frozenset[str]) -> JobRows | None:
+    listed = _jobs(engine, None)
+    current = set(listed["job_id"].to_list())
+    if current == stored_jobs:
+        return None
+    kept = current & stored_jobs
+    rest = _without(listed, kept)
+    estimate, chosen = _what_if_estimate(engine, rest, None, over=None if not kept else _members(rest))
+    steps = [_stored_rows(engine, "stored_job_critical_path", kept)]
+    replayed: dict[tuple[str, int | None], int] = {}
+    for graph in _job_graphs(engine, rest):
+        steps.append(_replay(graph, _Plan(), want_segments=False)[0])
+        if chosen:
+            replayed.update(_replayed_savings(graph, chosen))
+    what_if = pa.concat_tables([_stored_rows(engine, "stored_job_what_if", kept), _what_if_rows(estimate, replayed)])
+    first = {job: min(ids) for job, ids in zip(listed["job_id"].to_list(), listed["profile_ids"].to_list(), strict=True)}
+    tables = {name: rows.append_column(PARTITION_COLUMN, pa.array([first[j] for j in rows.column("job_id").to_pylist()],
+                                                                  pa.string()))
+              for name, rows in (("stored_job_critical_path", pa.concat_tables(steps)), ("stored_job_what_if", what_if))}
+    return JobRows(tuple(sorted(current)), tables)
+
+
+def _jobs(engine: Engine, profiles: Profiles) -> Any:
+    """jobs.jobs over ``profiles`` (a Polars frame), in the order of the jobs' starts."""
+    return engine.analysis("jobs.jobs", profiles=profiles).pl().sort("start_ns", "job_id")
+
+
+def _is_in(column: str, values: set[str]) -> Any:
     import polars as pl
 
-    estimate = engine.analysis("jobs.what_if", profiles=profiles, **given(min_matched=min_matched)).pl()
+    return pl.col(column).is_in(sorted(values))
+
+
+def _without(listed: Any, jobs: set[str]) -> Any:
+    return listed.filter(~_is_in("job_id", jobs))
+
+
+def _stored(engine: Engine, listed: Any) -> set[str]:
+    """The jobs of ``listed`` whose rows a compaction stored: a job id is the hash of its members, so a stored job
+    is the same job."""
+    return set(listed["job_id"].to_list()) & engine.snapshot.stored_jobs
+
+
+def _stored_rows(engine: Engine, table: str, jobs: set[str]) -> pa.Table:
+    """The stored rows of ``jobs`` in job table ``table``, as the analysis returns them."""
+    schema = _STEP_SCHEMA if table == "stored_job_critical_path" else _WHAT_IF_SCHEMA
+    if not jobs:
+        return schema.empty_table()
+    rows = engine.sql(f"SELECT * EXCLUDE ({PARTITION_COLUMN}) FROM {table} WHERE job_id IN (SELECT unnest($jobs))",
+                      {"jobs": sorted(jobs)}).arrow()
+    return rows.select(schema.names).cast(schema)
+
+
+def _in_job_order(steps: pa.Table, listed: Any) -> pa.Table:
+    """``steps`` by job in the order of the jobs' starts, then by step (stable: stored and computed rows alike)."""
+    position = {job: i for i, job in enumerate(listed["job_id"].to_list())}
+    order = pa.array([position.get(job, len(position)) for job in steps.column("job_id").to_pylist()], pa.int64())
+    keyed = steps.append_column("_job_order", order).append_column("_step", _nulls_last(steps.column("step")))
+    return keyed.sort_by([("_job_order", "ascending"), ("_step", "ascending")]).drop(["_job_order", "_step"])
+
+
+def _nulls_last(column: Any) -> Any:
+    """A sort key of an int64 column that puts its nulls last (Arrow's sort options do that per key in newer
+    versions only)."""
+    import pyarrow.compute as pc
+
+    return pc.fill_null(column, np.iinfo(np.int64).max)
+
+
+def _members(listed: Any) -> list[str]:
+    """The profiles of the jobs ``listed``."""
+    return sorted({p for ids in listed["profile_ids"].to_list() for p in ids})
+
+
+def _what_if_estimate(engine: Engine, listed: Any, min_matched: int | None, *,
+                      over: Profiles) -> tuple[Any, dict[tuple[str, int | None], int]]:
+    """jobs.what_if over the profiles ``over`` (whose jobs are ``listed``, a Polars frame) and each step's worst rank,
+    which the replay runs like the median."""
+    import polars as pl
+
+    if not listed.height:
+        return pl.from_arrow(_WHAT_IF_SCHEMA.empty_table()), {}
+    estimate = engine.analysis("jobs.what_if", profiles=over, **given(min_matched=min_matched)).pl()
     steps = estimate.filter((pl.col("scope") == "step") & pl.col("worst_rank").is_not_null())
-    chosen = {(row[0], row[1]): row[2] for row in steps.select("job_id", "step", "worst_rank").iter_rows()}
-    replayed: dict[tuple[str, int | None], int] = {}
-    if chosen:
-        wanted = {job for job, _ in chosen}
-        with warnings.catch_warnings():  # profiles without a graph keep the estimate, labelled: nothing to warn of
-            warnings.simplefilter("ignore", NotApplicableWarning)
-            for graph in _job_graphs(engine, profiles, jobs=wanted):
-                rows, _ = _replay(graph, _Plan(like_median=chosen), want_segments=False)
-                for row in rows.select(["job_id", "step", "saving_ps"]).to_pylist():
-                    if (row["job_id"], row["step"]) in chosen:
-                        replayed[(row["job_id"], row["step"])] = int(row["saving_ps"])
+    return estimate, {(row[0], row[1]): row[2] for row in steps.select("job_id", "step", "worst_rank").iter_rows()}
+
+
+def _replayed_savings(graph: pa.Table, chosen: Mapping[tuple[str, int | None], int]) -> dict[tuple[str, int | None], int]:
+    """The replayed saving of each chosen step of ``graph``'s jobs when its worst rank runs like the median."""
+    rows, _ = _replay(graph, _Plan(like_median=chosen), want_segments=False)
+    return {(row["job_id"], row["step"]): int(row["saving_ps"]) for row in rows.select(["job_id", "step", "saving_ps"]).to_pylist()
+            if (row["job_id"], row["step"]) in chosen}
+
+
+def _what_if_rows(estimate: Any, replayed: Mapping[tuple[str, int | None], int]) -> pa.Table:
+    """jobs.what_if's rows with the replayed savings in place of the estimate where there is one (``method``)."""
+    import polars as pl
+
     out = []
     for row in estimate.iter_rows(named=True):
         if row["scope"] != "step":
@@ -199,34 +309,25 @@ def job_what_if(engine: Engine, *, profiles: Profiles = None, min_matched: int |
                    saving_share=saving / total if total else None,
                    method=methods.pop() if len(methods) == 1 else ("mixed" if methods else row["method"]))
         out.append(row)
-    table = pl.DataFrame(out, schema=estimate.schema).sort(["job_id", "scope", "step"], descending=[False, True, False],
-                                                           nulls_last=True)
-    return Result.from_arrow(table.to_arrow(), description="job_what_if")
+    return pa.Table.from_pylist(out, schema=_WHAT_IF_SCHEMA)
 
 
-def _job_graphs(engine: Engine, profiles: Profiles, *, jobs: set[str] | None = None,
-                include_last_step: bool | None = None) -> Iterator[pa.Table]:
-    """The job graphs of the jobs among ``profiles`` (``jobs``: of these job ids only), a batch of whole jobs at a
-    time (about :data:`JOB_BATCH_EVENTS` events, a larger job alone), so a fleet's graphs never sit in memory at
-    once. A job is its members as jobs.jobs groups them: restricted to one job's profiles, the job is the same."""
-    import polars as pl
-
-    listed = engine.analysis("jobs.jobs", profiles=profiles).pl()
-    if jobs is not None:
-        listed = listed.filter(pl.col("job_id").is_in(list(jobs)))
+def _job_graphs(engine: Engine, listed: Any, *, include_last_step: bool | None = None) -> Iterator[pa.Table]:
+    """The job graphs of the jobs ``listed`` (jobs.jobs rows, a Polars frame), a batch of whole jobs at a time (about
+    :data:`JOB_BATCH_EVENTS` events, a larger job alone), so a fleet's graphs never sit in memory at once. A job is its
+    members as jobs.jobs groups them: restricted to one job's profiles, the job is the same."""
     counts = dict(engine.connection.execute("SELECT profile_id, n_events FROM profiles").fetchall())
     batch: list[str] = []
     events = 0
-    for members in listed.sort("start_ns")["profile_ids"].to_list():
+    for members in listed["profile_ids"].to_list():
         size = sum(int(counts.get(p) or 0) for p in members)
         if batch and events + size > JOB_BATCH_EVENTS:
             yield job_critical_path_graph(engine, profiles=batch, include_last_step=include_last_step).arrow()
             batch, events = [], 0
         batch += members
         events += size
-    if batch or not listed.height:
-        yield (job_critical_path_graph(engine, profiles=batch, include_last_step=include_last_step).arrow() if batch
-               else _GRAPH_SCHEMA.empty_table())
+    if batch:
+        yield job_critical_path_graph(engine, profiles=batch, include_last_step=include_last_step).arrow()
 
 
 # -- replay ---------------------------------------------------------------------------------------------

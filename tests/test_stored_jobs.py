@@ -1,0 +1,125 @@
+"""The job tables compaction stores (models.tables.JOB_DERIVED_TABLES; xprosql.queries.job_critical_path.
+derive_job_tables): the job critical path and what-if of every job, read instead of replayed.
+
+A job's rows depend on all its members, so they are kept per job: a job's id is the hash of its members, a member
+arriving later makes a new job, computed at query time until the next compaction stores it and drops the old one.
+Checked on the generated 4-rank jobs with a straggler and their control (tests/multirank_profiles.py), a 4-rank JAX
+job (XSpace: what-if by subtraction) and the two real NCCL ranks of tests/data.
+"""
+
+from __future__ import annotations
+
+import shutil
+import warnings
+from pathlib import Path
+from typing import Any
+
+import pytest
+from conftest import MULTIRANK_SAMPLED
+
+import xprosql
+import xprosql.queries.job_critical_path as jcp
+from xprosql.engine import library
+from xprosql.models.tables import JOB_DERIVED_TABLES, table_schema
+
+
+def test_the_stored_tables_hold_every_column_the_analyses_return() -> None:
+    steps = table_schema("stored_job_critical_path").names
+    assert [f"{b}_ps" for b in jcp.JOB_BOUND_BY] == [n for n in steps if n.endswith("_ps") and n[:-3] in jcp.JOB_BOUND_BY]
+    assert [f"{b}_share" for b in jcp.JOB_BOUND_BY] == [n for n in steps if n.endswith("_share") and n[:-6] in jcp.JOB_BOUND_BY]
+    # jobs.what_if's columns, in its order: the stored what-if is its rows with the replayed savings.
+    assert [c.name for c in library().modules["jobs.what_if"].columns] == table_schema("stored_job_what_if").names
+
+
+def _no_replay(*_: Any, **__: Any) -> Any:
+    raise AssertionError("a stored job was replayed again")
+
+
+@pytest.mark.slow
+def test_stored_rows_are_the_rows_computed_at_query_time(jobs_warehouse: dict, tmp_path: Path,
+                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    before = jobs_warehouse["run"]
+    ids = set(before.jobs().pl()["job_id"])
+    assert len(ids) == 4 and not before.engine.snapshot.stored_jobs
+    computed = (before.job_critical_path().arrow(), before.what_if().arrow())
+    root = tmp_path / "run"
+    shutil.copytree(jobs_warehouse["root"], root)
+    report = xprosql.compact(root)
+    assert report is not None and all(report.rows.get(t, 0) > 0 for t in JOB_DERIVED_TABLES), str(report)
+    assert report.jobs == 4 and "what-if of 4 new jobs stored" in str(report)
+    after = xprosql.load(root)
+    assert after.engine.snapshot.stored_jobs == ids
+    # diagnose's straggler finding reads the stored replay (before compaction: the subtraction, labelled).
+    _straggler_saving_is_the_what_if(before, jobs_warehouse["jobs"]["slow"], method="jobs.what_if")
+    _straggler_saving_is_the_what_if(after, jobs_warehouse["jobs"]["slow"], method="replay")
+    # Read, not replayed: the graphs are never built again.
+    monkeypatch.setattr(jcp, "job_critical_path_graph", _no_replay)
+    stored = (after.job_critical_path().arrow(), after.what_if().arrow())
+    assert stored[0].num_rows > 0 and stored[0].equals(computed[0])
+    assert stored[1].num_rows > 0 and stored[1].equals(computed[1])
+    assert set(stored[1].column("method").to_pylist()) == {"replay", "subtraction"}  # the JAX job has no graph
+    # Changes are replayed, whatever is stored.
+    with pytest.raises(AssertionError, match="replayed again"):
+        after.job_critical_path(like_median="slowest")
+    # A second compaction finds every job stored: nothing to do.
+    assert xprosql.compact(root).files_written == 0
+
+
+@pytest.mark.slow
+def test_a_member_arriving_later_is_a_new_job_until_the_next_compaction(tmp_path: Path) -> None:
+    root = tmp_path / "run"
+    assert xprosql.ingest(MULTIRANK_SAMPLED[:1], into=root, compact=False).ok
+    xprosql.compact(root, min_profiles=1)
+    alone = xprosql.load(root).engine.snapshot.stored_jobs
+    assert len(alone) == 1
+    assert xprosql.ingest(MULTIRANK_SAMPLED[1:], into=root, compact=False).ok
+    run = xprosql.load(root)
+    (job,) = run.jobs().pl()["job_id"]
+    assert job not in run.engine.snapshot.stored_jobs and run.engine.snapshot.stored_jobs == alone
+    fresh = tmp_path / "fresh"
+    assert xprosql.ingest(MULTIRANK_SAMPLED, into=fresh, compact=False).ok
+    expected = xprosql.load(fresh).job_critical_path().arrow()
+    assert expected.num_rows == 2 and run.job_critical_path().arrow().equals(expected)
+    xprosql.compact(root, min_profiles=1)
+    run = xprosql.load(root)
+    assert run.engine.snapshot.stored_jobs == {job}
+    assert run.sql("SELECT DISTINCT job_id FROM stored_job_critical_path").rows() == [(job,)]  # the old job's rows went
+    assert run.job_critical_path().arrow().equals(expected)
+    # A restriction to part of a job is another job (its own members' hash): computed, not the stored rows.
+    one = run.jobs(profiles=run.profile_ids[:1]).pl()["job_id"].to_list()
+    assert one and job not in one and run.job_critical_path(profiles=run.profile_ids[:1]).arrow().num_rows > 0
+
+
+@pytest.mark.slow
+def test_a_failing_derivation_stores_no_job_and_says_why(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Hand-made failure (no real profile breaks the replay): compaction still packs and stores the profiles' rows.
+    root = tmp_path / "run"
+    assert xprosql.ingest(MULTIRANK_SAMPLED, into=root, compact=False).ok
+    monkeypatch.setattr(jcp, "_replay", _no_replay)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        report = xprosql.compact(root)
+    assert report is not None and report.files_written > 0
+    assert any("job tables not stored" in str(w.message) and str(root) in str(w.message) for w in caught)
+    run = xprosql.load(root)
+    assert not run.engine.snapshot.stored_jobs and set(run.engine.snapshot.stored) == set(run.profile_ids)
+    monkeypatch.undo()
+    assert run.job_critical_path().arrow().num_rows == 2  # computed at query time
+
+
+def _straggler_saving_is_the_what_if(run: Any, job: str, *, method: str) -> None:
+    import polars as pl
+
+    (finding,) = run.analysis("diagnose.stragglers").pl().filter(pl.col("job") == job).iter_rows(named=True)
+    assert finding["saving_method"].startswith(method), finding["saving_method"]
+    member = finding["subjects"][0]
+    straggled = run.analysis("jobs.stragglers").pl().filter(
+        (pl.col("job_id") == job) & (pl.col("member") == member) & pl.col("straggler"))["step"]
+    what_if = run.what_if().pl().filter((pl.col("job_id") == job) & (pl.col("scope") == "step")
+                                        & pl.col("step").is_in(straggled) & (pl.col("worst_member") == member))
+    if method == "replay":
+        assert set(what_if["method"]) == {"replay"}
+        assert finding["expected_saving_ps"] == what_if["saving_ps"].sum() > 0
+    else:  # the subtraction: the delay the rank imposed
+        assert finding["expected_saving_ps"] == what_if["worst_delay_ps"].sum() > 0
+    assert 0 < finding["expected_saving_share"] <= 1
