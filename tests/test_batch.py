@@ -71,7 +71,8 @@ def serial_warehouse(logs: Path, tmp_path_factory: pytest.TempPathFactory) -> Pa
 
 @pytest.mark.slow
 def test_profiles_derived_together_equal_each_derived_alone(serial_warehouse: Path, tmp_path: Path) -> None:
-    # The serial ingest derives each commit chunk's profiles on one DuckDB connection: none may see another's rows.
+    # The serial ingest derives each commit chunk's small profiles together, one query per derived table over all of
+    # them: none may see another's rows.
     from xprosql.models.tables import INGEST_DERIVED_TABLES
 
     together = xprosql.load(serial_warehouse)
@@ -84,6 +85,67 @@ def test_profiles_derived_together_equal_each_derived_alone(serial_warehouse: Pa
             query = f"SELECT * FROM {table} WHERE profile_id = '{profile_id}' ORDER BY ALL"
             assert together.sql(query).rows() == xprosql.load(alone).sql(query).rows(), (table, path)
     assert together.sql("SELECT count(*) FROM op_stats").rows()[0][0] > 0
+
+
+def test_xspace_profiles_derived_together_equal_each_derived_alone(tmp_path: Path) -> None:
+    # The XSpace samples (TPU, V100, and the MI300 / MI355 ones with memory events) in one commit chunk, derived
+    # together, against each ingested alone: every derived table equal, row for row.
+    from xprosql.models.tables import INGEST_DERIVED_TABLES
+
+    samples = sorted((TEST_DATA / "xspace").glob("*.xplane.pb"))
+    assert len(samples) >= 4
+    report = xprosql.ingest(samples, into=tmp_path / "together", compact=False)
+    assert report.ok and len(report.ingested) == len(samples), str(report)
+    together = xprosql.load(tmp_path / "together")
+    for item in report.ingested:
+        alone = tmp_path / item.profile_id
+        assert xprosql.ingest(item.path, into=alone, compact=False).ok
+        for table in INGEST_DERIVED_TABLES:
+            query = f"SELECT * EXCLUDE (profile_id) FROM {table} WHERE profile_id = '{item.profile_id}' ORDER BY ALL"
+            assert together.sql(query).rows() == xprosql.load(alone).sql(query).rows(), (table, item.path)
+    counts = dict(together.sql("SELECT 'op_stats', count(*) FROM op_stats UNION ALL "
+                               "SELECT 'memory_events', count(*) FROM memory_events").rows())
+    assert counts["op_stats"] > 0 and counts["memory_events"] > 0, counts
+
+
+def test_a_profile_failing_to_derive_fails_alone_in_its_chunk(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Fault injection (no real file makes the summary SQL fail): deriving any group that holds the profile of
+    # bad.json.gz raises as DuckDB does on a sum past int64. The chunk's other profiles ingest, derived as alone.
+    import duckdb
+
+    from xprosql.ingest.derived import Deriver
+
+    names = ["cpu_only", "triton_example", "alexnet"]
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    for name in names:
+        shutil.copy(TEST_DATA / "kineto" / f"{name}.json.gz", logs / f"{name}.json.gz")
+    shutil.copy(TEST_DATA / "kineto" / "event_sync_multi_stream.json.gz", logs / "bad.json.gz")
+    real = Deriver.derive_together
+    groups: list[int] = []
+
+    def failing(self: Deriver, profiles: list[dict]) -> list[dict]:
+        groups.append(len(profiles))
+        paths = [p["profiles"].column("source_path")[0].as_py() for p in profiles]
+        if any(path.endswith("bad.json.gz") for path in paths):
+            raise duckdb.OutOfRangeException("Overflow in SUM of INT64")
+        return real(self, profiles)
+
+    monkeypatch.setattr(Deriver, "derive_together", failing)
+    report = xprosql.ingest(logs, into=tmp_path / "run", compact=False)
+    assert [path for path, _ in report.failed] == [str(logs / "bad.json.gz")], str(report)
+    assert "cannot derive its summary tables" in report.failed[0][1] and "Overflow" in report.failed[0][1]
+    assert sorted(Path(item.path).name for item in report.ingested) == sorted(f"{name}.json.gz" for name in names)
+    assert groups[0] == len(names) + 1 and sorted(groups[1:]) == [1] * (len(names) + 1)  # together, then each alone
+    monkeypatch.undo()
+    run = xprosql.load(tmp_path / "run")
+    assert run.sql("SELECT count(DISTINCT profile_id) FROM profiles").rows()[0][0] == len(names)
+    for item in report.ingested:
+        alone = tmp_path / item.profile_id
+        assert xprosql.ingest(item.path, into=alone, compact=False).ok
+        query = f"SELECT * EXCLUDE (profile_id) FROM framework_op_stats WHERE profile_id = '{item.profile_id}' ORDER BY ALL"
+        assert run.sql(query).rows() == xprosql.load(alone).sql(query).rows(), item.path
+    assert not list((tmp_path / "run" / "_xprosql").glob("staging-*")), "the failed profile's staged files are gone"
 
 
 @pytest.mark.slow

@@ -37,6 +37,22 @@ def test_small_files_never_compile(monkeypatch: pytest.MonkeyPatch, capsys: pyte
 
 @needs_numba
 @pytest.mark.usefixtures("fresh")
+def test_small_files_compile_once_going_without_cost_as_much(monkeypatch: pytest.MonkeyPatch,
+                                                             capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.setattr(_compiled, "_missing", lambda module: ["fill"])  # nothing cached: it would compile
+    size = 3 << 20
+    before = -(-_compiled.COMPILE_AFTER_BYTES["xspace"] // size) - 1  # files decoded without it
+    assert not any(_compiled.use_compiled("xspace", size, source=f"{i}.xplane.pb") for i in range(before))
+    assert capsys.readouterr().err == ""
+    assert _compiled.use_compiled("xspace", size, source="next.xplane.pb")
+    err = capsys.readouterr().err
+    assert "compiling the XSpace decoder with numba (1 functions) to decode next.xplane.pb (3.0 MB)" in err
+    assert f"this process decoded {(before + 1) * 3} MB of smaller XSpace files without it" in err
+    assert not _compiled.use_compiled("kineto", 1 << 20)  # per format
+
+
+@needs_numba
+@pytest.mark.usefixtures("fresh")
 def test_small_files_load_cached_code_once_they_repay_it(monkeypatch: pytest.MonkeyPatch,
                                                          capsys: pytest.CaptureFixture[str]) -> None:
     monkeypatch.setattr(_compiled, "_missing", lambda module: [])  # machine code cached: loading costs ~0.7 s
@@ -54,7 +70,7 @@ def test_a_large_file_compiles_and_says_which(monkeypatch: pytest.MonkeyPatch,
     assert _compiled.use_compiled("xspace", 5 << 20, source="big.xplane.pb")
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "compiling the XSpace decoder with numba (2 functions) to decode big.xplane.pb (5.0 MB)" in err
-    assert "XSpace files under 4 MB never wait for it" in err
+    assert "XSpace files under 4 MB wait for it only after 76 MB of them" in err
     assert _compiled.use_compiled("xspace", 1 << 10)  # loaded now: small files use it too, silently
     assert capsys.readouterr().err == ""
 

@@ -228,6 +228,32 @@ def test_a_job_tag_makes_a_job_of_files_in_any_folders(tmp_path: Path) -> None:
     assert (job["job"], job["job_source"], job["ranks"]) == ("tag:pair", "tag", [0, 1])
 
 
+@pytest.mark.slow
+def test_a_job_tag_over_two_runs_holds_each_rank_twice_and_has_no_stragglers(tmp_path: Path) -> None:
+    """The two real ranks captured twice, 100 days apart, under one job tag: no one run, so no stragglers (the
+    "waits" between the runs summed past int64 and failed every job analysis before) and no job critical path
+    (its first step was the 100 days); each run tagged apart is a job whose stragglers are computed."""
+    from multirank_profiles import shifted_kineto_copy
+
+    runs = [[shifted_kineto_copy(source, tmp_path / f"run{index}" / source.name, shift_us) for source in SAMPLED]
+            for index, shift_us in enumerate([0.0, 100 * 86_400e6])]
+    assert xprosql.ingest(runs[0] + runs[1], into=tmp_path / "one_tag", compact=False, tags={"job": "pair"}).ok
+    run = xprosql.load(tmp_path / "one_tag")
+    (job,) = run.jobs().pl().iter_rows(named=True)
+    assert (job["profiles"], job["duplicate_ranks"]) == (4, [0, 1])
+    with pytest.warns(xprosql.NotApplicableWarning, match="of a job that holds each rank once"):
+        assert run.stragglers().arrow().num_rows == 0
+    with pytest.warns(xprosql.NotApplicableWarning):
+        assert run.analysis("jobs.what_if").arrow().num_rows == 0
+    with pytest.warns(xprosql.NotApplicableWarning, match="a job that holds each rank once"):
+        assert run.job_critical_path().arrow().num_rows == 0  # no step 100 days long
+    assert "stragglers" not in run.diagnose().arrow().column("rule").to_pylist()
+    for index, files in enumerate(runs):
+        assert xprosql.ingest(files, into=tmp_path / "apart", compact=False, tags={"job": f"pair{index}"}).ok
+    apart = xprosql.load(tmp_path / "apart").stragglers().pl()
+    assert apart["job_id"].n_unique() == 2 and apart.height > 0
+
+
 def test_hta_metric_against_hta(jobs_warehouse: dict, tmp_path: Path) -> None:
     """Differential: HTA's own get_potential_stragglers on the two real ranks names the rank ours puts first, and
     its normalized start times are ours within 5% (HTA normalizes by its steps less the last one; so do we not)."""

@@ -107,6 +107,39 @@ def test_a_failing_derivation_stores_no_job_and_says_why(tmp_path: Path, monkeyp
     assert run.job_critical_path().arrow().num_rows == 2  # computed at query time
 
 
+@pytest.mark.slow
+def test_the_job_tables_derive_from_what_the_compaction_publishes(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # The job analyses read the packed files and the profiles' rows this compaction stores, as a query after it
+    # does, not every new profile's events again; the rows they store are those computed after it.
+    root = tmp_path / "run"
+    assert xprosql.ingest(MULTIRANK_SAMPLED, into=root, compact=False).ok
+    before = xprosql.load(root).engine.snapshot
+    seen: list[Any] = []
+    real = jcp.derive_job_tables
+
+    def derive(snapshot: Any) -> Any:
+        seen.append(snapshot)
+        return real(snapshot)
+
+    monkeypatch.setattr(jcp, "derive_job_tables", derive)
+    assert xprosql.compact(root) is not None
+    (snapshot,) = seen
+    assert set(snapshot.stored) == set(before.profile_ids) and not before.stored
+    after = xprosql.load(root).engine.snapshot
+    for table in ("events", "stored_collective_calls"):
+        assert sorted(f.path for f in snapshot.files[table]) == sorted(f.path for f in after.files[table]), table
+    assert len(after.files["events"]) < len(before.files["events"])  # packed
+    monkeypatch.undo()
+    stored = xprosql.load(root)
+    assert stored.engine.snapshot.stored_jobs
+    monkeypatch.setattr(jcp, "job_critical_path_graph", _no_replay)  # read back, not replayed
+    rows = stored.job_critical_path().arrow()
+    monkeypatch.undo()
+    fresh = tmp_path / "fresh"
+    assert xprosql.ingest(MULTIRANK_SAMPLED, into=fresh, compact=False).ok
+    assert rows.equals(xprosql.load(fresh).job_critical_path().arrow())
+
+
 def _straggler_saving_is_the_what_if(run: Any, job: str, *, method: str) -> None:
     import polars as pl
 

@@ -1314,7 +1314,8 @@ class Warehouse:
         not stored yet, then vacuum.
 
         ``derive(table, snapshot, earlier)`` computes the per-profile rows (``xprosql.engine.derive_stored_table``),
-        ``derive_jobs(snapshot)`` the job tables (``xprosql.queries.job_critical_path.derive_job_tables``);
+        ``derive_jobs(snapshot)`` the job tables (``xprosql.queries.job_critical_path.derive_job_tables``) over the
+        warehouse as this compaction publishes it (its packed files and the rows it stores, placed but not yet in a log);
         ``xprosql.compact`` passes both. Without them nothing is stored, and analyses compute it at query time.
         Ingests wait for the commit lock meanwhile; readers do not (a snapshot taken before keeps its files: see the
         module docstring). Returns None when ``wait`` is False and another commit or compaction holds the lock.
@@ -1340,13 +1341,14 @@ class Warehouse:
             plans = {t: self._plan(snap.files.get(t, ()), target_rows) for t in TABLES
                      if t not in PACK_DERIVED_TABLES and t not in JOB_DERIVED_TABLES}
             stored_jobs = self._stored_jobs(head.lists_at)
-            # The job analyses read the profiles' stored rows (as a query would), not what this compaction stores.
-            before = replace(snap, stored=stored & set(snap.profile_ids), stored_jobs=stored_jobs)
-            jobs = derive_jobs(before) if derive_jobs is not None else None
-            if (len(fresh) < min_profiles and not restore and jobs is None
-                    and not any(len(groups) for groups in plans.values())):
-                report.vacuumed = self._vacuum(retention_hours)
-                return report
+            quiet = len(fresh) < min_profiles and not restore and not any(len(groups) for groups in plans.values())
+            jobs: JobRows | None = None
+            if quiet:  # nothing to pack or store, unless the jobs changed (a member arrived)
+                if derive_jobs is not None:
+                    jobs = derive_jobs(replace(snap, stored=stored & set(snap.profile_ids), stored_jobs=stored_jobs))
+                if jobs is None:
+                    report.vacuumed = self._vacuum(retention_hours)
+                    return report
             written: list[str] = []  # what a failure (a full disk) must not leave filling the disk
             actions: dict[str, list[AddAction | RemoveAction]] = {}
             with self.stage("compaction") as staging:
@@ -1360,6 +1362,11 @@ class Warehouse:
                                 for f in snap.files.get(table, ()))
                     if derive is not None and fresh:
                         self._store(snap, fresh, derive, target_rows, staging.directory, actions, written, report)
+                    if derive_jobs is not None and not quiet:
+                        # The job analyses read what this compaction publishes (packed files, the rows just stored),
+                        # as a query after it would: not every fresh profile's events again.
+                        done = stored | set(fresh) if derive is not None else stored
+                        jobs = derive_jobs(self._published(snap, actions, done & set(snap.profile_ids), stored_jobs))
                     if jobs is not None:
                         self._store_jobs(snap, jobs, staging.directory, actions, written, report)
                         report.jobs = len(set(jobs.job_ids) - stored_jobs)
@@ -1381,6 +1388,23 @@ class Warehouse:
                                    for p in ids[bisect.bisect_left(ids, f.first or ""):bisect.bisect_right(ids, f.last or "")]})
             report.vacuumed = self._vacuum(retention_hours)
             return report
+
+    def _published(self, snap: Snapshot, actions: Mapping[str, Sequence[AddAction | RemoveAction]],
+                   stored: frozenset[str] | set[str], stored_jobs: frozenset[str]) -> Snapshot:
+        """``snap`` as it reads once ``actions`` are published (their files are in place, not yet in a log)."""
+        files: dict[str, tuple[DataFile, ...]] = {}
+        for table in TABLES:
+            changes = actions.get(table, ())
+            gone = {a.path for a in changes if isinstance(a, RemoveAction)}
+            kept = [f for f in snap.files.get(table, ()) if self._relative(table, f.path) not in gone]
+            for add in changes:
+                if isinstance(add, AddAction):
+                    stats = json.loads(add.stats)
+                    kept.append(DataFile(self._file_path(table, add.path), stats["numRecords"],
+                                         stats["minValues"][PARTITION_COLUMN], stats["maxValues"][PARTITION_COLUMN],
+                                         size=add.size))
+            files[table] = tuple(kept)
+        return replace(snap, files=files, stored=frozenset(stored), stored_jobs=stored_jobs)
 
     def _repair_all(self, head: _Head) -> None:
         """Remove what dead committers left in every table, before anything is packed (under the commit lock)."""

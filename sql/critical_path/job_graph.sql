@@ -26,7 +26,7 @@
 -- each window end falls at its measured time: the longest path from job_start to the latest end of step N's
 -- windows is the job until step N completes.
 --
--- Needs: Kineto (PyTorch profiler) traces or XSpace GPU profiles of the ranks of a job (jobs.jobs)
+-- Needs: Kineto (PyTorch profiler) traces or XSpace GPU profiles of the ranks of a job (jobs.jobs) that holds each rank once
 --
 -- Parameters:
 --
@@ -66,8 +66,13 @@ WITH rank_graph AS (
 aligned AS (
 -- @include jobs._aligned
 ),
+every_job AS (
+-- @include jobs.jobs
+),
+-- A job that holds a rank twice (several runs under one job tag) is no one run: no graph joins its captures.
 members AS (
     SELECT DISTINCT a.job_id, a.profile_id, a.member, a.rank, a.offset_ps FROM aligned AS a
+    WHERE a.job_id IN (SELECT job_id FROM every_job WHERE coalesce(len(duplicate_ranks), 0) = 0)
 ),
 job_keys AS (
     SELECT m.job_id, any_value(m.job) AS job, max(p.tags['job']) AS job_tag

@@ -19,15 +19,13 @@
 -- jobs.what_if's subtraction (the step time had the rank arrived with the next latest: saving_ps = its
 -- delay_imposed_ps), labelled in saving_method. A job not stored yet (its last member arrived after the
 -- last compaction) keeps the subtraction here, where run.what_if() replays it at query time: compaction
--- stores it. Summed over those steps; the share is that over the job's step time (jobs.stragglers' job_step_ps, the longest
--- rank's wall) summed over every step of the job, so it is at most 1. An upper bound: it assumes
--- the others wait in each collective (synchronous collectives on the critical path). A rank that
--- imposes $min_cost_share in a step where another rank imposes more is left out of that step: the
--- replay of the worst rank alone does not shorten the step by its delay. Only complete steps count
--- (steps.steps complete IS NOT false on every rank of the job). Jobs that hold a rank twice
--- (jobs.jobs duplicate_ranks: several runs under one job tag, or a rank captured twice) are left
--- out: their ranks are no one run, the waits between them are between runs, and jobs.what_if's step
--- time for them comes out 0.
+-- stores it. Summed over those steps; the share is that over the job's step time (jobs.stragglers'
+-- job_step_ps, the longest rank's wall) summed over every step of the job, so it is at most 1. An
+-- upper bound: it assumes the others wait in each collective (synchronous collectives on the
+-- critical path). A rank that imposes $min_cost_share in a step where another rank imposes more is
+-- left out of that step: the replay of the worst rank alone does not shorten the step by its delay.
+-- Only complete steps count (steps.steps complete IS NOT false on every rank of the job). Jobs that
+-- hold a rank twice have no stragglers (jobs.stragglers leaves them out).
 --
 -- One finding per job and straggler rank (profile_id: the rank's profile; step: the step it delayed
 -- most; device: its device with the longest wall in that step).
@@ -63,14 +61,6 @@ what_if AS (
 ),
 all_steps AS (
 -- @include steps.steps
-),
-every_job AS (
--- @include jobs.jobs
-),
--- A job that holds a rank twice (two runs tagged with one job name, two captures of a rank) is no one run:
--- its "waits" are between runs, and its what-if step time comes out 0.
-one_run_jobs AS (
-    SELECT job_id FROM every_job WHERE coalesce(len(duplicate_ranks), 0) = 0
 ),
 profile_steps AS (
     SELECT profile_id, step, bool_and(complete IS NOT false) AS complete, arg_max(device, wall_ps) AS device
@@ -125,7 +115,7 @@ found AS (
     SELECT r.*, t.job_step_ps, t.steps,
         least(1.0, r.saving_ps / nullif(t.job_step_ps, 0)) AS share
     FROM per_rank AS r JOIN job_time AS t USING (job_id)
-    WHERE t.job_step_ps > 0 AND r.job_id IN (SELECT job_id FROM one_run_jobs)
+    WHERE t.job_step_ps > 0
 )
 SELECT
     f.profile_id,

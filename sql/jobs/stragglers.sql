@@ -37,7 +37,11 @@
 -- collective of the previous step to its arrival at that of this step (the cadence of one kernel
 -- across ranks and time), and pace_excess_ps, that less the step's median pace over the ranks.
 --
--- Needs: collectives matched across profiles of one job (jobs.collectives), in steps
+-- Jobs that hold a rank twice (jobs.jobs duplicate_ranks: several runs under one job tag, or a rank
+-- captured twice) are left out: their ranks are no one run, and the "waits" between runs are the time
+-- between them (on the 1,000-profile corpus, runs days apart: sums past int64).
+--
+-- Needs: collectives matched across profiles of one job (jobs.collectives), in steps, of a job that holds each rank once
 --
 -- Parameters:
 --   $min_cost_share  DOUBLE  share of the job's step time a rank must impose to be named a straggler, 0..1 [range: 0..1] (default: 0.2)
@@ -76,8 +80,14 @@ member_steps AS (
     SELECT profile_id, step, max(wall_ps) AS step_ps, min(start_ps) AS start_ps, max(end_ps) AS end_ps
     FROM all_steps WHERE step IS NOT NULL GROUP BY ALL
 ),
+every_job AS (
+-- @include jobs.jobs
+),
+-- A job that holds a rank twice (two runs tagged with one job name, two captures of a rank) is no one run.
 matched AS (
-    SELECT * FROM collectives WHERE matched AND step IS NOT NULL
+    SELECT * FROM collectives
+    WHERE matched AND step IS NOT NULL
+      AND job_id IN (SELECT job_id FROM every_job WHERE coalesce(len(duplicate_ranks), 0) = 0)
 ),
 members AS (
     SELECT DISTINCT job_id, profile_id, member, rank, offset_ps FROM matched

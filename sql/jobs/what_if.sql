@@ -23,7 +23,7 @@
 -- One row per job and step (scope step), and one per job (scope job: the steps summed; its
 -- worst_member is the member with the largest delay over the job).
 --
--- Needs: collectives matched across profiles of one job (jobs.collectives), in steps
+-- Needs: collectives matched across profiles of one job (jobs.collectives), in steps, of a job that holds each rank once
 --
 -- Parameters:
 --

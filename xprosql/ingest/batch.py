@@ -51,7 +51,7 @@ import pyarrow as pa
 from xprosql.errors import IngestError, WarehouseError
 from xprosql.ingest import xspace_wire
 from xprosql.ingest.compaction import compact_warehouse
-from xprosql.ingest.derived import DecodedTables, Deriver
+from xprosql.ingest.derived import IN_MEMORY_BYTES, DecodedTables, Deriver
 from xprosql.ingest.remote import RemoteFile, find_remote_profiles, read_remote, remote_tags
 from xprosql.ingest.secrets import Redactor
 from xprosql.models.tables import TABLES
@@ -367,24 +367,48 @@ _CLUSTER_COMMITS: Literal["client", "workers"] = "client"
 _Staged = tuple[ProfileIngested, StagedProfile]
 
 
+@dataclass
+class _Decoded:
+    """A file decoded and staged, its tables kept in memory: its derived tables still to add (:func:`_derive_staged`)."""
+
+    path: _Source
+    staged: StagedProfile
+    tables: dict[str, pa.Table]
+    redacted_secrets: int
+    nbytes: int  # the Arrow memory of ``tables``
+
+    def finish(self, derived: Mapping[str, pa.Table]) -> _Staged:
+        """Add the ``derived`` tables and close the staged files."""
+        _write_derived(self.staged, derived.items())
+        self.staged.finish()
+        return ProfileIngested(str(self.path), self.staged.profile_id, dict(self.staged.rows),
+                               self.redacted_secrets), self.staged
+
+
 def _attempt(path: _Source, warehouse: Warehouse, deriver: Deriver, present: Container[str], *, tags: Mapping[str, str],
-             keep_secrets: bool) -> _Outcome | _Staged:
+             keep_secrets: bool) -> _Outcome | _Staged | _Decoded:
     """Decode and stage one file; every failure, whatever its kind, is an outcome naming the file, never an exception."""
     try:
-        result, staged = _ingest_file(path, warehouse, deriver, present, tags=tags, keep_secrets=keep_secrets)
-    except IngestError as exc:
-        return "failed", exc.path, "", exc.problem
-    except OSError as exc:
-        return _os_failure(str(path), exc)
-    except RecursionError:
-        return "failed", str(path), "", "nested too deeply to decode"
-    except MemoryError:
-        return "failed", str(path), "", "does not fit in memory: it expands to more than this machine has"
-    except Exception as exc:  # a bug must not stop the batch: report it against the file
-        return "failed", str(path), "", f"internal error: {type(exc).__name__}: {exc}"
-    if staged is None:
+        result = _ingest_file(path, warehouse, deriver, present, tags=tags, keep_secrets=keep_secrets)
+    except Exception as exc:
+        return _failure(str(path), exc)
+    if isinstance(result, ProfileIngested):
         return "skipped", result.path, result.profile_id, (result.rows, result.redacted_secrets)
-    return result, staged
+    return result
+
+
+def _failure(path: str, exc: Exception) -> _Outcome:
+    """The outcome of a file whose ingest raised ``exc``."""
+    if isinstance(exc, IngestError):
+        return "failed", exc.path, "", exc.problem
+    if isinstance(exc, OSError):
+        return _os_failure(path, exc)
+    if isinstance(exc, RecursionError):
+        return "failed", path, "", "nested too deeply to decode"
+    if isinstance(exc, MemoryError):
+        return "failed", path, "", "does not fit in memory: it expands to more than this machine has"
+    # A bug must not stop the batch: report it against the file.
+    return "failed", path, "", f"internal error: {type(exc).__name__}: {exc}"
 
 
 def _os_failure(path: str, exc: OSError) -> _Outcome:
@@ -393,19 +417,78 @@ def _os_failure(path: str, exc: OSError) -> _Outcome:
     return "failed", path, "", f"cannot ingest: {exc.strerror or exc}"
 
 
+def _derive_staged(items: Sequence[_Decoded], deriver: Deriver) -> list[_Outcome | _Staged]:
+    """Add their derived tables to the staged profiles ``items``, derived together, and close their files: per
+    item, the staged profile, or the outcome of its failure (its files deleted)."""
+    try:
+        derived = _derived_rows(items, deriver)
+    except Exception as exc:
+        if len(items) > 1:  # which profile fails: each alone says
+            return [outcome for item in items for outcome in _derive_staged([item], deriver)]
+        items[0].staged.discard()
+        return [_failure(str(items[0].path), exc)]
+    outcomes: list[_Outcome | _Staged] = []
+    for item, rows in zip(items, derived, strict=True):
+        try:
+            outcomes.append(item.finish(rows))
+        except Exception as exc:
+            item.staged.discard()
+            outcomes.append(_failure(str(item.path), exc))
+    return outcomes
+
+
+def _derived_rows(items: Sequence[_Decoded], deriver: Deriver) -> list[dict[str, pa.Table]]:
+    try:
+        return deriver.derive_together([item.tables for item in items])
+    except duckdb.Error as exc:
+        raise _underivable(items[0].path, exc) from None
+    except _CORRUPT as exc:
+        raise _corrupt(items[0].path, exc) from None
+
+
+# What a file that parses but holds impossible values (times past int64 ps, ...) raises in decoding or deriving.
+_CORRUPT = (OverflowError, ValueError, TypeError, KeyError, pa.ArrowException)
+
+
+def _corrupt(path: _Source, exc: Exception) -> IngestError:
+    return IngestError(path, f"corrupt content: {type(exc).__name__}: {exc}")
+
+
+def _underivable(path: _Source, exc: duckdb.Error) -> IngestError:
+    """Values the summary SQL cannot add up (e.g. sums past int64)."""
+    return IngestError(path, f"cannot derive its summary tables: {type(exc).__name__}: {exc}")
+
+
 def _ingest_chunk(items: Sequence[tuple[_Source, Mapping[str, str]]], warehouse: Warehouse, *,
                   keep_secrets: bool, place: bool = False) -> list[_Outcome]:
-    """Decode and stage each file, then commit the staged profiles together (each one whole); ``place``: place
-    them in the warehouse's storage instead, for another process to commit (a cluster's worker)."""
+    """Decode and stage each file, derive the small ones together, then commit the staged profiles together (each
+    one whole); ``place``: place them in the warehouse's storage instead, for another process to commit (a
+    cluster's worker)."""
     outcomes: list[_Outcome | None] = []
     staged: dict[int, _Staged] = {}
+    pending: dict[int, _Decoded] = {}  # decoded in memory, to derive together
     deriver = Deriver()  # one DuckDB connection derives the chunk's small profiles
     # Read once a chunk, not once a file (the profiles table's log: 20-40 ms in a warehouse of 1,000): a profile
     # that another process commits meanwhile is decoded for nothing, and the commit keeps one copy.
     present = frozenset(warehouse.profile_ids())
+
+    def derive_pending() -> None:
+        for index, outcome in zip(list(pending), _derive_staged(list(pending.values()), deriver), strict=True):
+            if len(outcome) == 2:
+                staged[index] = outcome
+            else:
+                outcomes[index] = outcome
+        pending.clear()
+
     try:
         for index, (path, tags) in enumerate(items):
             attempt = _attempt(path, warehouse, deriver, present, tags=tags, keep_secrets=keep_secrets)
+            if isinstance(attempt, _Decoded):
+                pending[index] = attempt
+                outcomes.append(None)
+                if sum(item.nbytes for item in pending.values()) >= IN_MEMORY_BYTES:
+                    derive_pending()
+                continue
             if len(attempt) == 2:
                 staged[index] = attempt
                 outcomes.append(None)
@@ -414,6 +497,8 @@ def _ingest_chunk(items: Sequence[tuple[_Source, Mapping[str, str]]], warehouse:
             if attempt[0] == "disk_full":  # the rest waits for a resume
                 outcomes += [("not_done", str(p), "", "") for p, _ in items[index + 1:]]
                 break
+        if pending:
+            derive_pending()
         if staged:
             if _PARENT is not None and os.getppid() != _PARENT:
                 for index, (result, _) in staged.items():
@@ -439,6 +524,8 @@ def _ingest_chunk(items: Sequence[tuple[_Source, Mapping[str, str]]], warehouse:
         deriver.close()
         for _, item in staged.values():
             item.discard()  # committed ones are gone already; a Ctrl-C discards the rest
+        for decoded in pending.values():
+            decoded.staged.discard()
     return [o for o in outcomes if o is not None]
 
 
@@ -558,15 +645,16 @@ def _sha256(data: bytes | mmap.mmap) -> str:
 
 
 def _ingest_file(path: _Source, warehouse: Warehouse, deriver: Deriver, present: Container[str], *,
-                 tags: Mapping[str, str] | None, keep_secrets: bool = False) -> tuple[ProfileIngested, StagedProfile | None]:
-    """Decode ``path`` into staged files (None when its content is among the ``present`` profiles); the caller
-    commits."""
+                 tags: Mapping[str, str] | None, keep_secrets: bool = False) -> ProfileIngested | _Staged | _Decoded:
+    """Decode ``path`` into staged files: a profile kept in memory, its derived tables still to add (the caller
+    derives several together: :func:`_derive_staged`); one too large to keep, derived here from its staged files;
+    or, alone, the ProfileIngested of a file whose content is among the ``present`` profiles. The caller commits."""
     with _contents(path) as (data, decoder):
         sha256 = _sha256(data)
         xspace_wire.drop_pages(data)
         profile_id = sha256[:16]  # profile_id_of(data), hashed once
         if profile_id in present:
-            return ProfileIngested(str(path), profile_id), None
+            return ProfileIngested(str(path), profile_id)
         run, host = _run_and_host(path.path if isinstance(path, RemoteFile) else path)
         with warehouse.stage(profile_id) as staged:
             try:
@@ -582,18 +670,24 @@ def _ingest_file(path: _Source, warehouse: Warehouse, deriver: Deriver, present:
                     staged.write(table, batch)
                     decoded.add(table, batch)
                 xspace_wire.drop_pages(data)
+                redacted = 0 if redactor is None else redactor.count
+                kept = decoded.tables()
+                if kept is not None:
+                    return _Decoded(path, staged, kept, redacted, decoded.nbytes)
                 try:
-                    for table, rows in deriver.derive(staged, decoded):
-                        for batch in rows.to_batches():
-                            staged.write(table, batch)
-                except duckdb.Error as exc:  # values the summary SQL cannot add up (e.g. sums past int64)
-                    raise IngestError(path, f"cannot derive its summary tables: {type(exc).__name__}: {exc}") from None
+                    _write_derived(staged, deriver.derive(staged))
+                except duckdb.Error as exc:
+                    raise _underivable(path, exc) from None
                 staged.finish()
-            except (OverflowError, ValueError, TypeError, KeyError, pa.ArrowException) as exc:
-                # A file that parses but holds impossible values (times past int64 ps, ...).
-                raise IngestError(path, f"corrupt content: {type(exc).__name__}: {exc}") from None
-    return ProfileIngested(str(path), profile_id, {t: n for t, n in staged.rows.items()},
-                           0 if redactor is None else redactor.count), staged
+            except _CORRUPT as exc:
+                raise _corrupt(path, exc) from None
+    return ProfileIngested(str(path), profile_id, dict(staged.rows), redacted), staged
+
+
+def _write_derived(staged: StagedProfile, derived: Iterable[tuple[str, pa.Table]]) -> None:
+    for table, rows in derived:
+        for batch in rows.to_batches():
+            staged.write(table, batch)
 
 
 def _complete_profile_row(

@@ -316,10 +316,19 @@ def _job_graphs(engine: Engine, listed: Any, *, include_last_step: bool | None =
     """The job graphs of the jobs ``listed`` (jobs.jobs rows, a Polars frame), a batch of whole jobs at a time (about
     :data:`JOB_BATCH_EVENTS` events, a larger job alone), so a fleet's graphs never sit in memory at once. A job is its
     members as jobs.jobs groups them: restricted to one job's profiles, the job is the same."""
+    import polars as pl
+
+    # critical_path.job_graph joins no captures of a job that holds a rank twice: its members' graphs are not built.
+    runs = listed.filter(pl.col("duplicate_ranks").list.len() > 0)
+    if runs.height:
+        warnings.warn(f"critical_path.job_graph: no graph for {runs.height} of {listed.height} jobs "
+                      f"({', '.join(sorted(runs['job'].to_list())[:3])}{' ...' if runs.height > 3 else ''}): they hold a "
+                      "rank twice (several runs under one job tag, or a rank captured twice), and it needs a job that "
+                      "holds each rank once", NotApplicableWarning, stacklevel=3)
     counts = dict(engine.connection.execute("SELECT profile_id, n_events FROM profiles").fetchall())
     batch: list[str] = []
     events = 0
-    for members in listed["profile_ids"].to_list():
+    for members in listed.filter(pl.col("duplicate_ranks").list.len() == 0)["profile_ids"].to_list():
         size = sum(int(counts.get(p) or 0) for p in members)
         if batch and events + size > JOB_BATCH_EVENTS:
             yield job_critical_path_graph(engine, profiles=batch, include_last_step=include_last_step).arrow()
