@@ -111,7 +111,7 @@ def test_op_stats_derived_in_memory_equal_derived_from_the_files(tmp_path: Path,
     monkeypatch.setattr(derived.DecodedTables, "tables", lambda self: kept.append(tables(self) is not None) or tables(self))
     sources = [TPU_SAMPLE, GPU_SAMPLE, KINETO_A100]
     assert xprosql.ingest(sources, into=tmp_path / "memory").ok
-    monkeypatch.setattr(derived, "_IN_MEMORY_BYTES", 0)
+    monkeypatch.setattr(derived, "IN_MEMORY_BYTES", 0)
     assert xprosql.ingest(sources, into=tmp_path / "files").ok
     assert kept == [True] * 3 + [False] * 3
     query = "SELECT * FROM op_stats ORDER BY ALL"
