@@ -49,8 +49,8 @@
 --   offset_ps  BIGINT  the member's offset to the job clock, signed, ps
 --   offset_source  VARCHAR  reference, host_clock, collective_ends or wall_clock (see above)
 --   offset_instances  BIGINT  instances matched with the reference that the offset is derived from (collective_ends)
---   job_start_ps  BIGINT  start on the job clock (start_ps + offset_ps), ps
---   job_end_ps  BIGINT  end on the job clock, ps
+--   job_start_ps  BIGINT  start on the job clock (start_ps + offset_ps), signed (below 0 on a member that began recording before the reference), ps
+--   job_end_ps  BIGINT  end on the job clock, signed, ps
 WITH members AS (
 -- @include jobs._members
 ),

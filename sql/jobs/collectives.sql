@@ -47,8 +47,8 @@
 --   bytes  BIGINT  the message NCCL's tests count, bytes
 --   group_size  BIGINT  n: ranks in the communicator
 --   offset_ps  BIGINT  the rank's offset to the job clock (jobs.clock_offsets), signed, ps
---   start_ps  BIGINT  arrival on the job clock, ps
---   end_ps  BIGINT  end on the job clock, ps
+--   start_ps  BIGINT  arrival on the job clock, signed (below 0 on a rank that began recording before the reference member), ps
+--   end_ps  BIGINT  end on the job clock, signed, ps
 --   dur_ps  BIGINT  end_ps - start_ps, ps
 --   matched  BOOLEAN  another rank has a call of this instance
 --   unmatched_reason  VARCHAR  why not (jobs._aligned)
