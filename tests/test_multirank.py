@@ -240,7 +240,7 @@ def test_a_job_tag_over_two_runs_holds_each_rank_twice_and_has_no_stragglers(tmp
     assert xprosql.ingest(runs[0] + runs[1], into=tmp_path / "one_tag", compact=False, tags={"job": "pair"}).ok
     run = xprosql.load(tmp_path / "one_tag")
     (job,) = run.jobs().pl().iter_rows(named=True)
-    assert (job["profiles"], job["duplicate_ranks"]) == (4, [0, 1])
+    assert (job["profiles"], job["duplicate_ranks"], job["one_run"]) == (4, [0, 1], False)
     with pytest.warns(xprosql.NotApplicableWarning, match="of a job that holds each rank once"):
         assert run.stragglers().arrow().num_rows == 0
     with pytest.warns(xprosql.NotApplicableWarning):
@@ -250,6 +250,7 @@ def test_a_job_tag_over_two_runs_holds_each_rank_twice_and_has_no_stragglers(tmp
     assert "stragglers" not in run.diagnose().arrow().column("rule").to_pylist()
     for index, files in enumerate(runs):
         assert xprosql.ingest(files, into=tmp_path / "apart", compact=False, tags={"job": f"pair{index}"}).ok
+    assert xprosql.load(tmp_path / "apart").jobs().pl()["one_run"].to_list() == [True, True]
     apart = xprosql.load(tmp_path / "apart").stragglers().pl()
     assert apart["job_id"].n_unique() == 2 and apart.height > 0
 

@@ -72,7 +72,7 @@ every_job AS (
 -- A job that holds a rank twice (several runs under one job tag) is no one run: no graph joins its captures.
 members AS (
     SELECT DISTINCT a.job_id, a.profile_id, a.member, a.rank, a.offset_ps FROM aligned AS a
-    WHERE a.job_id IN (SELECT job_id FROM every_job WHERE coalesce(len(duplicate_ranks), 0) = 0)
+    WHERE a.job_id IN (SELECT job_id FROM every_job WHERE one_run)
 ),
 job_keys AS (
     SELECT m.job_id, any_value(m.job) AS job, max(p.tags['job']) AS job_tag

@@ -27,6 +27,7 @@
 --   missing_ranks  BIGINT  ranks of 0 .. world_size - 1 without a profile
 --   missing  BIGINT[]  those ranks, in order
 --   duplicate_ranks  BIGINT[]  ranks with more than one profile (two captures of a rank in one job)
+--   one_run  BOOLEAN  each rank once (no duplicate_ranks): one run, what the cross-rank analyses need (jobs.stragglers, jobs.what_if, critical_path.job_graph)
 --   start_ns  BIGINT  the job's earliest profile origin, ns since epoch
 --   profile_ids  VARCHAR[]  its profiles, in rank order
 WITH members AS (
@@ -52,6 +53,7 @@ SELECT
     CAST(j.world_size - len(list_filter(j.ranks, lambda r: r >= 0 AND r < j.world_size)) AS BIGINT) AS missing_ranks,
     list_filter(CAST(range(0, j.world_size) AS BIGINT[]), lambda r: NOT list_contains(j.ranks, r)) AS missing,
     coalesce(d.duplicate_ranks, CAST([] AS BIGINT[])) AS duplicate_ranks,
+    d.job_id IS NULL AS one_run,
     j.start_ns, j.profile_ids
 FROM per_job AS j
 LEFT JOIN duplicates AS d USING (job_id)

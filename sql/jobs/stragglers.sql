@@ -37,7 +37,7 @@
 -- collective of the previous step to its arrival at that of this step (the cadence of one kernel
 -- across ranks and time), and pace_excess_ps, that less the step's median pace over the ranks.
 --
--- Jobs that hold a rank twice (jobs.jobs duplicate_ranks: several runs under one job tag, or a rank
+-- Jobs that hold a rank twice (not jobs.jobs one_run: several runs under one job tag, or a rank
 -- captured twice) are left out: their ranks are no one run, and the "waits" between runs are the time
 -- between them (on the 1,000-profile corpus, runs days apart: sums past int64).
 --
@@ -87,7 +87,7 @@ every_job AS (
 matched AS (
     SELECT * FROM collectives
     WHERE matched AND step IS NOT NULL
-      AND job_id IN (SELECT job_id FROM every_job WHERE coalesce(len(duplicate_ranks), 0) = 0)
+      AND job_id IN (SELECT job_id FROM every_job WHERE one_run)
 ),
 members AS (
     SELECT DISTINCT job_id, profile_id, member, rank, offset_ps FROM matched

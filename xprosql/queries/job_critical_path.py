@@ -319,7 +319,7 @@ def _job_graphs(engine: Engine, listed: Any, *, include_last_step: bool | None =
     import polars as pl
 
     # critical_path.job_graph joins no captures of a job that holds a rank twice: its members' graphs are not built.
-    runs = listed.filter(pl.col("duplicate_ranks").list.len() > 0)
+    runs = listed.filter(~pl.col("one_run"))
     if runs.height:
         warnings.warn(f"critical_path.job_graph: no graph for {runs.height} of {listed.height} jobs "
                       f"({', '.join(sorted(runs['job'].to_list())[:3])}{' ...' if runs.height > 3 else ''}): they hold a "
@@ -328,7 +328,7 @@ def _job_graphs(engine: Engine, listed: Any, *, include_last_step: bool | None =
     counts = dict(engine.connection.execute("SELECT profile_id, n_events FROM profiles").fetchall())
     batch: list[str] = []
     events = 0
-    for members in listed.filter(pl.col("duplicate_ranks").list.len() == 0)["profile_ids"].to_list():
+    for members in listed.filter(pl.col("one_run"))["profile_ids"].to_list():
         size = sum(int(counts.get(p) or 0) for p in members)
         if batch and events + size > JOB_BATCH_EVENTS:
             yield job_critical_path_graph(engine, profiles=batch, include_last_step=include_last_step).arrow()
