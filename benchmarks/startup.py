@@ -15,6 +15,7 @@ first ingest after ``pip install`` does.
 from __future__ import annotations
 
 import argparse
+import compileall
 import os
 import shutil
 import subprocess
@@ -38,6 +39,9 @@ def run(command: list[str], *, tree: Path | None, repeat: int, fresh: Path | Non
     env = dict(os.environ)
     if tree is not None:
         env["PYTHONPATH"] = str(tree)
+        # As `pip install` leaves it: every module compiled. A checkout run with PYTHONDONTWRITEBYTECODE (as on the
+        # machines here) compiles xprosql's sources in every process, 0.08 s of a small command.
+        compileall.compile_dir(str(tree / "xprosql"), quiet=1)
     if numba_cache is not None:
         env["NUMBA_CACHE_DIR"] = str(numba_cache)
     best: tuple[float, float, float] | None = None

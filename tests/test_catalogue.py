@@ -202,7 +202,7 @@ def test_header_tags_parse_and_a_contradiction_is_the_librarys_mistake(tmp_path:
     ]:
         module(line)
         with pytest.raises(xprosql.AnalysisError, match=words):
-            Library(tmp_path)
+            Library(tmp_path).module("x.m")
 
 
 def test_an_unordered_include_leaves_out_the_final_order_only(tmp_path: Path) -> None:
@@ -244,3 +244,25 @@ def test_compare_takes_a_predicate_or_profile_ids(run: xprosql.Run) -> None:
         run.analysis("fleet.compare", baseline=cohorts["baseline"], candidate=["nope", "0000"])
     with pytest.raises(xprosql.ParameterError, match="candidate cohort is empty"):
         run.compare(baseline="true", candidate=[])
+
+
+def test_parts_share_an_include_only_where_it_runs_with_its_own_defaults(tmp_path: Path) -> None:
+    """Hand-built modules (no packaged module passes a parameter with another default): derivation runs what two
+    parts of a union include once, which is right only where each part would run it with the same values."""
+    from xprosql.engine.executor import _shared_includes
+
+    (tmp_path / "x").mkdir()
+    columns = "--\n-- Columns:\n--   a  BIGINT  a\n"
+    (tmp_path / "x" / "_inner.sql").write_text(
+        f"-- x._inner: rows\n--\n-- Parameters:\n--   $n  BIGINT  a count (default: 3)\n{columns}SELECT $n AS a\n")
+    include = "WITH i AS (\n-- @include x._inner\n)\nSELECT a FROM i\n"
+    (tmp_path / "x" / "hides.sql").write_text(f"-- x.hides: its default\n{columns}{include}")
+    (tmp_path / "x" / "passes.sql").write_text(f"-- x.passes: the same default\n--\n-- Passes: $n\n{columns}{include}")
+    (tmp_path / "x" / "other.sql").write_text(
+        f"-- x.other: another default\n--\n-- Parameters:\n--   $n  BIGINT  a count (default: 5)\n--\n-- Passes: $n\n"
+        f"{columns}{include}")
+    lib = Library(tmp_path)
+    assert _shared_includes(lib, ["x.hides", "x.passes"], set()) == ["x._inner"]
+    assert _shared_includes(lib, ["x.hides", "x.other"], set()) == []
+    assert _shared_includes(lib, ["x.hides"], set()) == []
+    assert _shared_includes(lib, ["x.hides", "x.passes"], {"x._inner"}) == []  # read from a stored table

@@ -97,7 +97,6 @@ from pathlib import Path
 from typing import IO, Any
 
 import pyarrow as pa
-import pyarrow.compute as pc
 import pyarrow.parquet as pq
 from deltalake import DeltaTable, Schema
 from deltalake.exceptions import CommitFailedError
@@ -181,6 +180,8 @@ def file_schema(table: str) -> pa.Schema:
 
 def to_file_types(table: str, rows: pa.Table) -> pa.Table:
     """``rows`` with the unsigned columns of ``table`` as int64 of the same bits, as data files store them."""
+    import pyarrow.compute as pc  # not at import: a command that only reads pays 25 ms for it
+
     for name in UNSIGNED_COLUMNS[table]:
         if name in rows.column_names and pa.types.is_unsigned_integer(rows.schema.field(name).type):
             index = rows.column_names.index(name)
@@ -726,6 +727,8 @@ class Snapshot:
 
     def _rows_read(self, path: str) -> int:
         """Rows of the file ``path`` that belong to this snapshot's profiles."""
+        import pyarrow.compute as pc
+
         ids = _read_column(path, PARTITION_COLUMN, self.filesystem()).cast(pa.string())
         return int(pc.sum(pc.is_in(ids, pa.array(self.profile_ids, pa.string()))).as_py() or 0)
 
@@ -1454,6 +1457,8 @@ class Warehouse:
     def _store_jobs(self, snap: Snapshot, jobs: JobRows, scratch: Path, actions: dict[str, list[AddAction | RemoveAction]],
                     written: list[str], report: CompactReport) -> None:
         """Replace each job table's files by one file of ``jobs``' rows: its remove and add actions."""
+        import pyarrow.compute as pc
+
         stamp = _now_ms()
         for table in JOB_DERIVED_TABLES:
             actions.setdefault(table, []).extend(

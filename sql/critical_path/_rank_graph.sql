@@ -157,15 +157,17 @@ host_annotations AS (
     WHERE regexp_matches(s.name, '^(gloo|nccl|mpi|ucc|xccl):')
       AND coalesce(xprosql_collective(s.name, 'user_annotation'), 'other') <> 'other'
 ),
--- The kernels' names once each (materialized: the collective test, several regular expressions, would
--- otherwise run on every event), of the profiles with process-group annotations only.
+-- The kernels' names classified once each, of the profiles with process-group annotations only: the collective
+-- test, several regular expressions, in this projection over the DISTINCT (a filter on it in a reader would be
+-- pushed below the DISTINCT and run on every kernel).
 kernel_names AS MATERIALIZED (
-    SELECT DISTINCT k.profile_id, e.name, e.category
-    FROM kernels AS k JOIN events AS e USING (profile_id, event_id)
-    WHERE k.profile_id IN (SELECT profile_id FROM host_annotations)
+    SELECT profile_id, xprosql_collective(name, category) AS collective
+    FROM (SELECT DISTINCT k.profile_id, e.name, e.category
+          FROM kernels AS k JOIN events AS e USING (profile_id, event_id)
+          WHERE k.profile_id IN (SELECT profile_id FROM host_annotations))
 ),
 with_collective_kernels AS (
-    SELECT DISTINCT profile_id FROM kernel_names WHERE xprosql_collective(name, category) IS NOT NULL
+    SELECT DISTINCT profile_id FROM kernel_names WHERE collective IS NOT NULL
 ),
 host_calls AS (
     SELECT s.profile_id, s.event_id, s.name, s.kind, s.start_ps, s.end_ps, s.device_id, s.track_id, w.step_index,

@@ -86,11 +86,14 @@ step_devices AS (
 ),
 -- Host events that are collectives without being XLA ops (gloo:all_reduce annotations, c10d:: ops).
 -- Every distinct event name of the profiles with steps, read once: the regexes below run per name, not per event.
+-- Each distinct name classified once, here: a filter on xprosql_collective in a reader would be pushed below the
+-- DISTINCT and run its regular expressions on every event (3.4 s of 7 over 100 TPU profiles).
 event_names AS MATERIALIZED (
-    SELECT DISTINCT name, category FROM events WHERE profile_id IN (SELECT profile_id FROM step_devices)
+    SELECT name, category, xprosql_collective(name, category) AS collective
+    FROM (SELECT DISTINCT name, category FROM events WHERE profile_id IN (SELECT profile_id FROM step_devices))
 ),
 host_collectives AS (
-    SELECT DISTINCT name FROM event_names WHERE xprosql_collective(name, category) IS NOT NULL
+    SELECT DISTINCT name FROM event_names WHERE collective IS NOT NULL
 ),
 op_class AS (
     SELECT profile_id, device_kind, program_id, op, input_shapes, input_dtypes,

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import json
 import re
+from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, Protocol
 
@@ -128,25 +129,57 @@ def combine(parts: list[pa.Table], sql: str, params: Mapping[str, Any], *,
 def derive_stored_table(table: str, snapshot: Snapshot, earlier: Mapping[str, pa.Table] | None = None) -> pa.Table:
     """The rows of stored table ``table`` over ``snapshot``: its module with default parameters. ``earlier``: stored
     tables already derived for the same profiles (table -> rows), which the module reads where it builds on theirs.
-    A union module's parts run one by one.
+    A union module's parts run one by one, what two of them include computed once (:func:`_shared_includes`).
 
     Compaction's callback (``Warehouse.compact(derive=...)``): storage never runs analyses itself.
     """
     lib = library()
     module = lib.modules[PACK_DERIVED_TABLES[table]]
     arrow = {_alias(PACK_DERIVED_TABLES[t]): rows for t, rows in (earlier or {}).items()}
+    read = {PACK_DERIVED_TABLES[t] for t in earlier or {}}  # modules whose rows a registered table holds
     con = snapshot_connection(snapshot, arrow=arrow)
+
+    def run(module_id: str) -> pa.Table:
+        builds_on = lib.included(module_id) | {module_id}
+        text = lib.text(module_id, frozenset((m, _alias(m)) for m in read & builds_on))
+        return query(con, text, used_parameters(text, lib.bind(module_id, {}))).to_arrow_table()
+
     try:
-        parts = []
-        for part in module.includes if module.union else (module.id,):
-            builds_on = lib.included(part) | {part}
-            stored = frozenset((PACK_DERIVED_TABLES[t], _alias(PACK_DERIVED_TABLES[t])) for t in earlier or {}
-                               if PACK_DERIVED_TABLES[t] in builds_on)
-            text = lib.text(part, stored)
-            parts.append(query(con, text, used_parameters(text, lib.bind(part, {}))).to_arrow_table())
-        return combine(parts, "", {}, order=module.order or "") if module.union else combine(parts, text, {})
+        parts = module.includes if module.union else (module.id,)
+        for shared in _shared_includes(lib, parts, read):
+            con.register(_alias(shared), run(shared))
+            read.add(shared)
+        rows = [run(part) for part in parts]
+        return combine(rows, "", {}, order=module.order or "") if module.union else rows[0]
     finally:
         con.close()
+
+
+def _shared_includes(lib: Library, parts: Sequence[str], read: set[str]) -> list[str]:
+    """The includes that two or more of a union module's ``parts`` would compute (those not in ``read``), innermost
+    first: run once and read by each (the findings' rules share the roofline, async ops, the steps' verdicts).
+
+    Only an include that gets its own defaults in every part (what a part passes it defaults to the same value: with
+    every default bound, as derivation runs, its rows are then the same in each; the rule of ``Engine._stored``),
+    and that reads no includer's CTE."""
+    def computed(module_id: str) -> set[str]:
+        found: set[str] = set()
+        for include in lib.modules[module_id].includes:
+            if include not in read:
+                found |= {include, *computed(include)}
+        return found
+
+    per_part = {part: computed(part) for part in parts}
+    counts = Counter(include for found in per_part.values() for include in found)
+
+    def own_defaults(include: str) -> bool:
+        defaults = lib.parameters(include)
+        return not lib.modules[include].inputs and all(
+            lib.parameters(part)[name].default == defaults[name].default
+            for part, found in per_part.items() if include in found for name in lib.passed(part, include))
+
+    shared = [include for include, n in counts.items() if n > 1 and own_defaults(include)]
+    return sorted(shared, key=lambda include: (len(lib.included(include)), include))
 
 
 def _derived(table: str, share: Snapshot) -> pa.Table:

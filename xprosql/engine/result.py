@@ -17,7 +17,6 @@ from typing import TYPE_CHECKING, Any
 
 import duckdb
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from xprosql.errors import NotApplicableWarning, QueryError, XprosqlError
 
@@ -109,7 +108,7 @@ class Result:
             if table.num_rows == 0:
                 self._note(f"{module_id}: no rows over {len(profiles())} profiles: it needs {needs}")
             return
-        present = set(pc.unique(table.column("profile_id")).to_pylist())
+        present = _distinct(table.column("profile_id"))
         names = profiles()
         missing = sorted(name for profile_id, name in names.items() if profile_id not in present)
         if missing:
@@ -152,3 +151,13 @@ class Result:
 
         with pl.Config(tbl_rows=20, fmt_str_lengths=60, tbl_width_chars=160):
             return f"Result({self._description})\n{self.pl()!r}"
+
+
+def _distinct(column: pa.ChunkedArray) -> set[Any]:
+    """The distinct values of ``column``: a short one in Python, since importing pyarrow.compute costs a command that
+    prints a few rows 25 ms."""
+    if len(column) <= 10_000:
+        return set(column.to_pylist())
+    import pyarrow.compute as pc
+
+    return set(pc.unique(column).to_pylist())

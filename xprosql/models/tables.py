@@ -556,8 +556,8 @@ INGEST_DERIVED_TABLES: dict[str, str] = {"memory_events": "memory._memory_events
 # Written by compaction for the profiles it sees the first time, from their other tables:
 PACK_DERIVED_TABLES: dict[str, str] = {"stored_steps": "steps.steps", "stored_bottleneck_steps": "steps._bottleneck_steps",
                                        "stored_collective_calls": "jobs._collective_calls",
-                                       "stored_findings": "diagnose._profile_findings",
-                                       "stored_memory_peaks": "memory.memory_peaks"}
+                                       "stored_memory_peaks": "memory.memory_peaks",
+                                       "stored_findings": "diagnose._profile_findings"}
 # Written by compaction for the jobs whose rows it has not stored (see the schemas above):
 JOB_DERIVED_TABLES = ("stored_job_critical_path", "stored_job_what_if")
 

@@ -17,7 +17,6 @@ from collections.abc import Mapping, Sequence
 from typing import Any, Literal
 
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from xprosql.engine import Engine, Result
 from xprosql.errors import NotApplicableWarning, ParameterError
@@ -81,6 +80,8 @@ def diagnose(
     else:
         parts = [engine.analysis(_AREA + rule, profiles=profiles, **thresholds.get(rule, {})).arrow() for rule in chosen]
         table = _in_order(pa.concat_tables(parts)) if parts else _FINDINGS.empty_table()
+    import pyarrow.compute as pc  # not at import: run.py imports this module for every command
+
     allowed = SEVERITIES[: SEVERITIES.index(min_severity) + 1]
     table = table.filter(pc.is_in(table.column("severity"), pa.array(allowed)))
     result = Result.from_arrow(table, description=_ALL)
