@@ -83,7 +83,6 @@ member_steps AS (
 every_job AS (
 -- @include jobs.jobs
 ),
--- A job that holds a rank twice (two runs tagged with one job name, two captures of a rank) is no one run.
 matched AS (
     SELECT * FROM collectives
     WHERE matched AND step IS NOT NULL

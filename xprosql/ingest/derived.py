@@ -41,17 +41,15 @@ IN_MEMORY_BYTES = 256 * 2**20
 class DecodedTables:
     """The batches of a profile's decoded tables, kept while they are small enough to derive from in memory."""
 
-    def __init__(self, limit_bytes: int | None = None) -> None:
+    def __init__(self) -> None:
         self._batches: dict[str, list[pa.RecordBatch]] | None = {}
-        self._left = IN_MEMORY_BYTES if limit_bytes is None else limit_bytes
         self.nbytes = 0  # the Arrow memory of the batches kept
 
     def add(self, table: str, batch: pa.RecordBatch) -> None:
         if self._batches is None:
             return
-        self._left -= batch.nbytes
         self.nbytes += batch.nbytes
-        if self._left < 0:
+        if self.nbytes > IN_MEMORY_BYTES:
             self._batches = None  # too large: derive from the files
             self.nbytes = 0
         else:
