@@ -66,6 +66,32 @@ def test_stored_rows_are_the_rows_computed_at_query_time(jobs_warehouse: dict, t
 
 
 @pytest.mark.slow
+def test_a_job_without_gpu_launches_builds_no_graph_and_says_so(jobs_warehouse: dict,
+                                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    # The JAX job's XSpace CPU profiles launch nothing: critical_path.job_graph over them has no rows, so the job
+    # analyses skip building it (it reads every event of the job) and name the job instead.
+    import polars as pl
+
+    run, jax = jobs_warehouse["run"], jobs_warehouse["jobs"]["jax"]
+    members = run.jobs().pl().filter(pl.col("job_id") == jax)["profile_ids"].item().to_list()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        assert jcp.job_critical_path_graph(run.engine, profiles=members).arrow().num_rows == 0
+    built: list[list[str]] = []
+    real = jcp.job_critical_path_graph
+
+    def graph(engine: Any, *, profiles: list[str], **options: Any) -> Any:
+        built.append(profiles)
+        return real(engine, profiles=profiles, **options)
+
+    monkeypatch.setattr(jcp, "job_critical_path_graph", graph)
+    with pytest.warns(xprosql.NotApplicableWarning, match=r"no graph for 1 of 4 jobs \(.*\): it needs Kineto"):
+        steps = run.job_critical_path(like_median="slowest").pl()
+    assert built and not set(members) & {p for batch in built for p in batch}
+    assert jax not in set(steps["job_id"]) and len(set(steps["job_id"])) == 3
+
+
+@pytest.mark.slow
 def test_a_member_arriving_later_is_a_new_job_until_the_next_compaction(tmp_path: Path) -> None:
     root = tmp_path / "run"
     assert xprosql.ingest(MULTIRANK_SAMPLED[:1], into=root, compact=False).ok

@@ -319,16 +319,21 @@ def _job_graphs(engine: Engine, listed: Any, *, include_last_step: bool | None =
     import polars as pl
 
     # critical_path.job_graph joins no captures of a job that holds a rank twice: its members' graphs are not built.
-    runs = listed.filter(~pl.col("one_run"))
-    if runs.height:
-        warnings.warn(f"critical_path.job_graph: no graph for {runs.height} of {listed.height} jobs "
-                      f"({', '.join(sorted(runs['job'].to_list())[:3])}{' ...' if runs.height > 3 else ''}): they hold a "
-                      "rank twice (several runs under one job tag, or a rank captured twice), and it needs a job that "
-                      "holds each rank once", NotApplicableWarning, stacklevel=3)
+    _say_without_graph(listed.filter(~pl.col("one_run")), listed, "they hold a rank twice (several runs under one job tag, "
+                       "or a rank captured twice), and it needs a job that holds each rank once")
     counts = dict(engine.connection.execute("SELECT profile_id, n_events FROM profiles").fetchall())
+    # critical_path._nodes takes Kineto traces and XSpace profiles with GPU launches (hta._gpu_ops' launch_api, from
+    # api_calls): a job with neither has no graph, and building it would read all the job's events for nothing.
+    able = [p for (p,) in engine.connection.execute(
+        "SELECT profile_id FROM profiles WHERE format = 'kineto' "
+        "OR profile_id IN (SELECT profile_id FROM api_calls WHERE api = 'launch')").fetchall()]
+    one_run = listed.filter(pl.col("one_run"))
+    with_graph = pl.col("profile_ids").list.eval(pl.element().is_in(able)).list.any()
+    _say_without_graph(one_run.filter(~with_graph), listed, "it needs Kineto (PyTorch profiler) traces or XSpace GPU "
+                       "profiles with kernels, and their members are neither")
     batch: list[str] = []
     events = 0
-    for members in listed.filter(pl.col("one_run"))["profile_ids"].to_list():
+    for members in one_run.filter(with_graph)["profile_ids"].to_list():
         size = sum(int(counts.get(p) or 0) for p in members)
         if batch and events + size > JOB_BATCH_EVENTS:
             yield job_critical_path_graph(engine, profiles=batch, include_last_step=include_last_step).arrow()
@@ -337,6 +342,14 @@ def _job_graphs(engine: Engine, listed: Any, *, include_last_step: bool | None =
         events += size
     if batch:
         yield job_critical_path_graph(engine, profiles=batch, include_last_step=include_last_step).arrow()
+
+
+def _say_without_graph(jobs: Any, listed: Any, why: str) -> None:
+    if jobs.height:
+        names = sorted(jobs["job"].to_list())
+        warnings.warn(f"critical_path.job_graph: no graph for {jobs.height} of {listed.height} jobs "
+                      f"({', '.join(names[:3])}{' ...' if len(names) > 3 else ''}): {why}", NotApplicableWarning,
+                      stacklevel=4)
 
 
 # -- replay ---------------------------------------------------------------------------------------------
