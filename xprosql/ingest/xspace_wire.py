@@ -223,53 +223,44 @@ def read_raw_python(data: bytes, *, source: str, chunk_bytes: int | None = None)
     except DecodeError as exc:
         raise IngestError(source, f"not a valid XSpace protobuf (truncated or corrupt): {exc}") from None
     _check_planes(list(space.planes), source)
-    _check_memory(sum(len(line.events) for plane in space.planes for line in plane.lines),
-                  sum(len(event.stats) for plane in space.planes for line in plane.lines for event in line.events),
-                  source)
-    line_plane, line_scalars, line_names, line_display = [], [], [], []
-    events: list[tuple[int, int, int, bool, int, int]] = []
-    stat_rows: list[tuple[int, int, int, float]] = []
-    texts: list[bytes | None] = []
+    # Column by column over flat lists of the objects: list comprehensions, not appends row by row (half the time).
+    lines = [(plane_index, line) for plane_index, plane in enumerate(space.planes) for line in plane.lines]
+    events = [event for _, line in lines for event in line.events]
+    event_n_stats = np.array([len(event.stats) for event in events], dtype=np.int64)
+    _check_memory(len(events), int(event_n_stats.sum()), source)
+    stats = [stat for event in events for stat in event.stats]
+    which = [stat.WhichOneof("value") for stat in stats]
+    values: list[Any] = [getattr(stat, field) if field else None for stat, field in zip(stats, which, strict=True)]
+    kinds = np.array([_ONEOF_FIELD.get(field, 0) for field in which], dtype=np.int8)
+    stat_int = np.zeros(len(stats), dtype=np.int64)
+    stat_double = np.zeros(len(stats), dtype=np.float64)
+    for kind, dtype in ((3, np.uint64), (4, np.int64), (7, np.int64)):
+        where = np.flatnonzero(kinds == kind)
+        # uint64 values keep their bit pattern in the int64 column
+        stat_int[where] = np.array([values[i] for i in where.tolist()], dtype=dtype).view(np.int64)
+    where = np.flatnonzero(kinds == 2)
+    stat_double[where] = np.array([values[i] for i in where.tolist()], dtype=np.float64)
+    texts = [value.encode() if kind == 5 else value if kind == 6 else None
+             for kind, value in zip(kinds.tolist(), values, strict=True)]
+    line_n_events = np.array([len(line.events) for _, line in lines], dtype=np.int64)
+
+    everything = RawEvents(
+        first_event=0, first_stat=0,
+        event_line=np.repeat(np.arange(len(line_n_events), dtype=np.int32), line_n_events),
+        event_metadata_id=np.array([event.metadata_id for event in events], dtype=np.int64),
+        event_offset_ps=np.array([event.offset_ps for event in events], dtype=np.int64),
+        event_num_occurrences=np.array([event.num_occurrences for event in events], dtype=np.int64),
+        event_is_aggregate=np.array([event.WhichOneof("data") == "num_occurrences" for event in events], dtype=np.bool_),
+        event_duration_ps=np.array([event.duration_ps for event in events], dtype=np.int64), event_n_stats=event_n_stats,
+        stat_metadata_id=np.array([stat.metadata_id for stat in stats], dtype=np.int64), stat_kind=kinds,
+        stat_int=stat_int, stat_double=stat_double, stat_text=pa.array(texts, pa.binary()),
+    )
     planes = []
-    for plane_index, plane in enumerate(space.planes):
-        for line in plane.lines:
-            line_plane.append(plane_index)
-            line_scalars.append((line.id, line.display_id, line.timestamp_ns, line.duration_ps, len(line.events)))
-            line_names.append(line.name)
-            line_display.append(line.display_name)
-            for event in line.events:
-                aggregate = event.WhichOneof("data") == "num_occurrences"
-                events.append((event.metadata_id, event.offset_ps, event.num_occurrences, aggregate,
-                               event.duration_ps, len(event.stats)))
-                for stat in event.stats:
-                    which = stat.WhichOneof("value")
-                    kind = _ONEOF_FIELD.get(which, 0)
-                    value: Any = getattr(stat, which) if which else None  # float, int, str or bytes; None: unset
-                    if kind in (3, 4, 7):
-                        stat_rows.append((stat.metadata_id, kind, int(np.uint64(value).view(np.int64)) if kind == 3 else value, 0.0))
-                    elif kind == 2:
-                        stat_rows.append((stat.metadata_id, kind, 0, value))
-                    else:
-                        stat_rows.append((stat.metadata_id, kind, 0, 0.0))
-                    texts.append(value.encode() if kind == 5 else value if kind == 6 else None)
+    for plane in space.planes:
         bare = xplane_pb2.XPlane()
         bare.CopyFrom(plane)
         del bare.lines[:]
         planes.append(bare)
-    line_array = np.array(line_scalars, dtype=np.int64).reshape(-1, 5)
-    event_array = np.array(events, dtype=np.int64).reshape(-1, 6)
-    stat_array = np.array([r[:3] for r in stat_rows], dtype=np.int64).reshape(-1, 3)
-    line_n_events = line_array[:, 4]
-    everything = RawEvents(
-        first_event=0, first_stat=0,
-        event_line=np.repeat(np.arange(len(line_n_events), dtype=np.int32), line_n_events),
-        event_metadata_id=event_array[:, 0], event_offset_ps=event_array[:, 1],
-        event_num_occurrences=event_array[:, 2], event_is_aggregate=event_array[:, 3].astype(bool),
-        event_duration_ps=event_array[:, 4], event_n_stats=event_array[:, 5],
-        stat_metadata_id=stat_array[:, 0], stat_kind=stat_array[:, 1].astype(np.int8), stat_int=stat_array[:, 2],
-        stat_double=np.array([r[3] for r in stat_rows], dtype=np.float64),
-        stat_text=pa.array(texts, pa.binary()),
-    )
     chunk_starts = _chunk_starts(everything.event_n_stats, chunk_bytes or CHUNK_BYTES)
     bounds = np.vstack([chunk_starts, [[everything.n_events, everything.n_stats]]])
 
@@ -284,9 +275,12 @@ def read_raw_python(data: bytes, *, source: str, chunk_bytes: int | None = None)
     full_planes = list(space.planes)
     return RawSpace(
         hostnames=list(space.hostnames), errors=list(space.errors), warnings=list(space.warnings), planes=planes,
-        line_plane=np.array(line_plane, dtype=np.int32), line_id=line_array[:, 0], line_display_id=line_array[:, 1],
-        line_name=line_names, line_display_name=line_display, line_timestamp_ns=line_array[:, 2],
-        line_duration_ps=line_array[:, 3], line_n_events=line_n_events,
+        line_plane=np.array([plane_index for plane_index, _ in lines], dtype=np.int32),
+        line_id=np.array([line.id for _, line in lines], dtype=np.int64),
+        line_display_id=np.array([line.display_id for _, line in lines], dtype=np.int64),
+        line_name=[line.name for _, line in lines], line_display_name=[line.display_name for _, line in lines],
+        line_timestamp_ns=np.array([line.timestamp_ns for _, line in lines], dtype=np.int64),
+        line_duration_ps=np.array([line.duration_ps for _, line in lines], dtype=np.int64), line_n_events=line_n_events,
         line_extent=_line_extent(line_n_events, everything.event_offset_ps, everything.event_is_aggregate,
                                  everything.event_duration_ps),
         n_events=everything.n_events, n_stats=everything.n_stats, chunk_starts=chunk_starts,
