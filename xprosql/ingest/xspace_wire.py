@@ -223,7 +223,7 @@ def read_raw_python(data: bytes, *, source: str, chunk_bytes: int | None = None)
     except DecodeError as exc:
         raise IngestError(source, f"not a valid XSpace protobuf (truncated or corrupt): {exc}") from None
     _check_planes(list(space.planes), source)
-    # Column by column over flat lists of the objects: list comprehensions, not appends row by row (half the time).
+    # Column by column over flat lists of the objects: list comprehensions, not appends row by row (40% less time).
     lines = [(plane_index, line) for plane_index, plane in enumerate(space.planes) for line in plane.lines]
     events = [event for _, line in lines for event in line.events]
     event_n_stats = np.array([len(event.stats) for event in events], dtype=np.int64)
