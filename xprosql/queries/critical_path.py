@@ -156,9 +156,11 @@ def _solve(edges: pa.Table, changes: Mapping[str | int, float] | None,
                                pl.col("edge_kind").replace_strict(_EDGE_ORDER, default=3).alias("_order"))
     step_rows: list[dict[str, Any]] = []
     path_rows: list[dict[str, Any]] = []
+    # A large graph's windows, however small each, are walked by the compiled loops: all of them are the work.
+    compiled = frame.height >= COMPILED_EDGES
     for _, window in frame.group_by(["profile_id", "step_index"], maintain_order=True):
         head = window.row(0, named=True)
-        chosen = _longest_path(window)
+        chosen = _longest_path(window, compiled=compiled)
         on_path = window[chosen]
         length = int(on_path["_w"].sum())
         row = {k: head[k] for k in _WINDOW}
@@ -234,24 +236,25 @@ def _factors(frame: Any, changes: Mapping[str | int, float] | None) -> np.ndarra
     return factor
 
 
-def _longest_path(window: Any) -> list[int]:
+def _longest_path(window: Any, *, compiled: bool) -> list[int]:
     """Row indices of ``window``'s edges on its longest path, in order (networkx's dag_longest_path rule)."""
     path, _ = longest_path(window["src_node"].to_numpy(), window["dst_node"].to_numpy(), window["_w"].to_numpy(),
-                           window["src_ts_ps"].to_numpy(), window["dst_ts_ps"].to_numpy(), window["_order"].to_numpy())
+                           window["src_ts_ps"].to_numpy(), window["dst_ts_ps"].to_numpy(), window["_order"].to_numpy(),
+                           compiled=compiled)
     return path
 
 
 def longest_path(src: np.ndarray, dst: np.ndarray, weight: np.ndarray, src_ts: np.ndarray, dst_ts: np.ndarray,
-                 order: np.ndarray) -> tuple[list[int], int]:
+                 order: np.ndarray, *, compiled: bool | None = None) -> tuple[list[int], int]:
     """The longest path of a DAG given as edge arrays (node ids, integer weights, the nodes' times, each edge's rank
     among the incoming edges of its target for ties): the indices of its edges in order, and its length.
 
     Each node takes the first best incoming edge in ``order`` (networkx's dag_longest_path rule, as HTA takes it);
-    the path ends at the first node, in visiting order, of the greatest distance (:func:`replay`).
+    the path ends at the first node, in visiting order, of the greatest distance (:func:`replay`, as is ``compiled``).
     """
     if len(src) == 0:
         return [], 0
-    _, dist, best_edge, s, visit = replay(src, dst, weight, src_ts, dst_ts, order)
+    _, dist, best_edge, s, visit = replay(src, dst, weight, src_ts, dst_ts, order, compiled=compiled)
     v = int(visit[int(np.argmax(dist[visit]))])
     length = int(dist[v])
     path: list[int] = []
@@ -263,15 +266,16 @@ def longest_path(src: np.ndarray, dst: np.ndarray, weight: np.ndarray, src_ts: n
 
 
 def replay(src: np.ndarray, dst: np.ndarray, weight: np.ndarray, src_ts: np.ndarray, dst_ts: np.ndarray,
-           order: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+           order: np.ndarray, *, compiled: bool | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """Every node's distance from the roots of a DAG (edge arrays as :func:`longest_path`'s): the latest of its
     predecessors' distances plus the edge's weight, 0 for a root. Over a time-faithful graph whose one root is the
     start, a node's distance is its time from the start.
 
     Returns the sorted node ids, their distances and best incoming edges (-1 for a root), each edge's source as an
     index into the ids, and the visiting order (node indices): time order, or Kahn's algorithm where an edge runs
-    against it (equal times, skewed clocks). Graphs of :data:`COMPILED_EDGES` edges or more are walked by
-    numba-compiled loops (compiled once per install), smaller ones in Python.
+    against it (equal times, skewed clocks). ``compiled``: walk with the numba-compiled loops (compiled once per
+    install) or in Python; by default, graphs of :data:`COMPILED_EDGES` edges or more are walked compiled. A caller
+    walking many small parts of a large graph passes True.
     """
     m = len(src)
     ts = np.concatenate([src_ts, dst_ts])
@@ -283,7 +287,8 @@ def replay(src: np.ndarray, dst: np.ndarray, weight: np.ndarray, src_ts: np.ndar
     visit = np.lexsort((ids, node_ts)).astype(np.int64)
     position = np.empty(n, dtype=np.int64)
     position[visit] = np.arange(n)
-    compiled = m >= COMPILED_EDGES
+    if compiled is None:
+        compiled = m >= COMPILED_EDGES
     if np.any(position[s] >= position[d]):
         visit = _topological_compiled(n, s, d, position) if compiled else _topological(n, s, d, position)
         position[visit] = np.arange(n)

@@ -394,6 +394,8 @@ def _replay(graph: pa.Table, plan: _Plan, *, want_segments: bool) -> tuple[pa.Ta
     src_ts, dst_ts = frame["src_ts_ps"].to_numpy(), frame["dst_ts_ps"].to_numpy()
     is_compute = np.isin(bound, _COMPUTE) & ~np.isin(kind, _JOB_EDGES)
 
+    # The walks of all these jobs, however small each, are the work: compiled loops when it adds up to a large graph.
+    compiled = frame.height >= COMPILED_EDGES
     step_rows: list[dict[str, Any]] = []
     segment_rows: list[dict[str, Any]] = []
     groups = frame.select("job_id").with_row_index("_row").group_by("job_id", maintain_order=True).agg(pl.col("_row"))
@@ -405,13 +407,14 @@ def _replay(graph: pa.Table, plan: _Plan, *, want_segments: bool) -> tuple[pa.Ta
         notes = list(changed)
         if plan.like_median is not None:
             notes += _like_median(part, rows, w, src_key, new_dst, src_ts, dst_ts, order, kind, is_compute,
-                                  plan.like_median, job_id)
-        ids, dist, best, source, _ = replay(src_key[rows], new_dst[rows], w, src_ts[rows], dst_ts[rows], order[rows])
+                                  plan.like_median, job_id, compiled=compiled)
+        ids, dist, best, source, _ = replay(src_key[rows], new_dst[rows], w, src_ts[rows], dst_ts[rows], order[rows],
+                                            compiled=compiled)
         if plan.empty:
             base_ids, base_dist = ids, dist
         else:
             base_ids, base_dist, *_ = replay(src_key[every], dst_key[every], unchanged[every], src_ts[every],
-                                             dst_ts[every], order[every])
+                                             dst_ts[every], order[every], compiled=compiled)
         # One edge enters each window (start_skew into a member's first, step_gap into the next ones): its row
         # carries the window and what the member's trace lacks there.
         windows = (frame[every].filter(pl.col("edge_kind").is_in(["start_skew", "step_gap"]))
@@ -433,7 +436,7 @@ def _replay(graph: pa.Table, plan: _Plan, *, want_segments: bool) -> tuple[pa.Ta
             v = int(np.searchsorted(ids, keys[int(np.argmax(at))]))
             baseline = int(base_dist[np.searchsorted(base_ids, keys)].max())
             measured = int(end_ps) - job_start
-            path, pw = _cut(best, source, dist, v, previous["length"])
+            path, pw = _cut(best, source, dist, v, previous["length"], compiled=compiled)
             on = part[path] if path else part.head(0)
             in_step = ((part["step"] == step).fill_null(False) if step is not None else part["step"].is_null()).to_numpy()
             row = _step_row(part.row(0, named=True), step, on, pw, notes,
@@ -450,10 +453,11 @@ def _replay(graph: pa.Table, plan: _Plan, *, want_segments: bool) -> tuple[pa.Ta
             pa.Table.from_pylist(segment_rows, schema=_SEGMENT_SCHEMA))
 
 
-def _cut(best: np.ndarray, source: np.ndarray, dist: np.ndarray, v: int, since: int) -> tuple[list[int], np.ndarray]:
+def _cut(best: np.ndarray, source: np.ndarray, dist: np.ndarray, v: int, since: int, *,
+         compiled: bool) -> tuple[list[int], np.ndarray]:
     """The longest path to node index ``v`` after distance ``since``: its edges in order and the part of each
-    edge's weight after ``since`` (the first edge may cross it)."""
-    if len(best) >= COMPILED_EDGES:
+    edge's weight after ``since`` (the first edge may cross it); ``compiled``: by the numba-compiled loop."""
+    if compiled:
         from xprosql.queries._critical_path_numba import cut
 
         edges, parts = cut(best, source, dist, v, since)
@@ -503,7 +507,7 @@ def _remove_syncs(frame: Any, remove: Sequence[str | int], keep: np.ndarray, dst
 
 def _like_median(part: Any, rows: np.ndarray, w: np.ndarray, src_key: np.ndarray, dst_key: np.ndarray, src_ts: np.ndarray,
                  dst_ts: np.ndarray, order: np.ndarray, kind: np.ndarray, is_compute: np.ndarray, like: LikeMedian,
-                 job_id: str) -> list[str]:
+                 job_id: str, *, compiled: bool) -> list[str]:
     """Scale the compute of the chosen members' windows by median / own, step by step (module docstring), in ``w``."""
     import polars as pl
 
@@ -528,7 +532,7 @@ def _like_median(part: Any, rows: np.ndarray, w: np.ndarray, src_key: np.ndarray
             np.concatenate([w[mine], np.zeros(n, dtype=np.int64)]),
             np.concatenate([src_ts[g], np.zeros(n, dtype=np.int64)]),
             np.concatenate([dst_ts[g], np.zeros(n, dtype=np.int64)]),
-            np.concatenate([order[g], np.full(n, 3)]))
+            np.concatenate([order[g], np.full(n, 3)]), compiled=compiled)
         own.setdefault(step, []).append((length, int(rank), local))
     notes = []
     for step, found in own.items():
