@@ -104,13 +104,19 @@ ordered AS (
     FROM device_ops
 ),
 gaps AS (
-    SELECT o.profile_id, o.device_id,
-        greatest(coalesce(o.previous_end_ps, s.start_ps), s.start_ps) AS start_ps, o.start_ps AS end_ps,
-        s.end_ps - s.start_ps AS step_ps
+    SELECT o.profile_id, o.device_id, s.start_ps AS step_start_ps, s.end_ps AS step_end_ps,
+        greatest(coalesce(o.previous_end_ps, s.start_ps), s.start_ps) AS start_ps, o.start_ps AS end_ps
     FROM ordered AS o
     JOIN found_steps AS s
       ON s.profile_id = o.profile_id AND s.device_id = o.device_id AND o.start_ps > s.start_ps AND o.start_ps <= s.end_ps
     WHERE o.previous_end_ps IS NULL OR o.previous_end_ps < o.start_ps
+),
+-- A step's gaps on a device are disjoint (each starts after all earlier work ends): the gap time before each.
+gap_runs AS (
+    SELECT *, coalesce(sum(end_ps - start_ps) OVER (PARTITION BY profile_id, device_id, step_start_ps, step_end_ps
+                                                    ORDER BY start_ps ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING),
+                       0) AS before_ps
+    FROM gaps
 ),
 gap_stats AS (
     SELECT profile_id, count(*) AS n, sum(end_ps - start_ps) AS ps FROM gaps WHERE end_ps > start_ps GROUP BY profile_id
@@ -124,12 +130,28 @@ host_events AS (
       -- ops and runtime calls, not the scopes around them (Kineto's annotations, Python frames, the trace)
       AND coalesce(e.category, '') NOT IN ('user_annotation', 'gpu_user_annotation', 'python_function', 'Trace')
 ),
+-- Each host event within each step of a device found, shorter than half the step.
+host_in_steps AS (
+    SELECT h.profile_id, h.name, s.device_id, s.start_ps AS step_start_ps, s.end_ps AS step_end_ps,
+        greatest(h.start_ps, s.start_ps) AS from_ps, least(h.end_ps, s.end_ps) AS to_ps
+    FROM host_events AS h
+    JOIN found_steps AS s ON s.profile_id = h.profile_id AND h.start_ps < s.end_ps AND h.end_ps > s.start_ps
+    WHERE s.device_kind IN ('gpu', 'tpu') AND h.dur_ps * 2 < s.end_ps - s.start_ps
+),
+-- Its overlap with the step's gaps on the device: the gap time before its end less that before its start (each
+-- the gap time before the last gap starting by then, plus that gap's part up to then), by two as-of joins where
+-- pairing every event with every gap grows as their product.
 gap_overlaps AS (
-    SELECT h.profile_id, h.name, least(h.end_ps, g.end_ps) - greatest(h.start_ps, g.start_ps) AS ps
-    FROM gaps AS g
-    JOIN host_events AS h
-      ON h.profile_id = g.profile_id AND h.start_ps < g.end_ps AND h.end_ps > g.start_ps
-    WHERE h.dur_ps * 2 < g.step_ps
+    SELECT h.profile_id, h.name,
+        coalesce(e.before_ps + least(h.to_ps, e.end_ps) - e.start_ps, 0)
+            - coalesce(b.before_ps + least(h.from_ps, b.end_ps) - b.start_ps, 0) AS ps
+    FROM host_in_steps AS h
+    ASOF LEFT JOIN gap_runs AS e
+      ON e.profile_id = h.profile_id AND e.device_id = h.device_id AND e.step_start_ps = h.step_start_ps
+     AND e.step_end_ps = h.step_end_ps AND h.to_ps >= e.start_ps
+    ASOF LEFT JOIN gap_runs AS b
+      ON b.profile_id = h.profile_id AND b.device_id = h.device_id AND b.step_start_ps = h.step_start_ps
+     AND b.step_end_ps = h.step_end_ps AND h.from_ps >= b.start_ps
 ),
 by_name AS (
     SELECT profile_id, name, sum(ps) AS ps FROM gap_overlaps GROUP BY profile_id, name
