@@ -235,11 +235,10 @@ deltas AS (
 running AS (
     SELECT profile_id, device_id, t AS seg_start,
         lead(t) OVER run_order AS seg_end,
-        sum(coalesce(packed_delta, 0)) OVER run_order_rows AS open_packed,
-        sum(coalesce(launch_delta, 0)) OVER run_order_rows AS open_launches
+        sum(coalesce(packed_delta, 0)) OVER run_order AS open_packed,
+        sum(coalesce(launch_delta, 0)) OVER run_order AS open_launches
     FROM deltas
-    WINDOW run_order AS (PARTITION BY profile_id, device_id ORDER BY t),
-           run_order_rows AS (PARTITION BY profile_id, device_id ORDER BY t ROWS UNBOUNDED PRECEDING)
+    WINDOW run_order AS (PARTITION BY profile_id, device_id ORDER BY t ROWS UNBOUNDED PRECEDING)
 ),
 segments AS (
     SELECT profile_id, device_id, seg_start, seg_end,
@@ -260,10 +259,11 @@ segments AS (
 ),
 step_segments AS (
     SELECT s.*, w.step_index,
-        -- is there device work later in this step? then an idle gap is a wait for the host
-        max(CASE WHEN s.cat IS NOT NULL AND s.cat NOT IN ('launch_overhead', 'input_wait') THEN 1 ELSE 0 END) OVER (
-            PARTITION BY s.profile_id, s.device_id, w.step_index ORDER BY s.seg_start
-            ROWS BETWEEN 1 FOLLOWING AND UNBOUNDED FOLLOWING) AS work_follows
+        -- is there device work later in this step? then an idle gap is a wait for the host (a device's segments
+        -- start at distinct times: later is after the start of the step's last work)
+        CASE WHEN s.seg_start < max(CASE WHEN s.cat IS NOT NULL AND s.cat NOT IN ('launch_overhead', 'input_wait')
+                                         THEN s.seg_start END) OVER (PARTITION BY s.profile_id, s.device_id, w.step_index)
+             THEN 1 ELSE 0 END AS work_follows
     FROM segments AS s
     ASOF JOIN steps AS w
       ON s.profile_id = w.profile_id AND s.device_id = w.device_id AND s.seg_start >= w.start_ps
