@@ -611,9 +611,9 @@ class DataFile:
         return self.first is not None and self.first == self.last
 
 
-# Compaction's callback for the stored tables (xprosql.engine.derive_stored_table): (table, the profiles' snapshot,
-# the stored tables derived for them before this one) -> its rows.
-Derive = Callable[[str, "Snapshot", Mapping[str, pa.Table]], pa.Table]
+# Compaction's callback for the stored tables (xprosql.engine.derive_stored_tables): the profiles' snapshot -> the rows
+# of each table of PACK_DERIVED_TABLES.
+Derive = Callable[["Snapshot"], Mapping[str, pa.Table]]
 # Its callback for the job tables (JOB_DERIVED_TABLES; xprosql.queries.job_critical_path.derive_job_tables): the snapshot
 # -> None when the jobs it stores are those stored already (Snapshot.stored_jobs), else the rows to store.
 DeriveJobs = Callable[["Snapshot"], "JobRows | None"]
@@ -1316,7 +1316,7 @@ class Warehouse:
         ``PACK_DERIVED_TABLES`` for the profiles not stored yet and those of ``JOB_DERIVED_TABLES`` for the jobs
         not stored yet, then vacuum.
 
-        ``derive(table, snapshot, earlier)`` computes the per-profile rows (``xprosql.engine.derive_stored_table``),
+        ``derive(snapshot)`` computes the per-profile rows (``xprosql.engine.derive_stored_tables``),
         ``derive_jobs(snapshot)`` the job tables (``xprosql.queries.job_critical_path.derive_job_tables``) over the
         warehouse as this compaction publishes it (its packed files and the rows it stores, placed but not yet in a log);
         ``xprosql.compact`` passes both. Without them nothing is stored, and analyses compute it at query time.
@@ -1501,13 +1501,13 @@ class Warehouse:
 
     def _derive(self, snap: Snapshot, fresh: Sequence[str], derive: Derive, target_rows: int) -> dict[str, list[pa.Table]]:
         """The rows of each stored table for the ``fresh`` profiles, computed over groups of about
-        ``target_rows`` events; each table's derivation sees the rows of those derived before it."""
+        ``target_rows`` events."""
         part = snap.restrict(fresh)
         out: dict[str, list[pa.Table]] = {}
         for share in part.shares(max(1, -(-sum(f.rows for f in part.files.get("events", ())) // target_rows))):
-            earlier: dict[str, pa.Table] = {}
+            derived = derive(share)
             for table in PACK_DERIVED_TABLES:
-                rows = earlier[table] = derive(table, share, earlier)
+                rows = derived[table]
                 if rows.num_rows:
                     schema = file_schema(table)
                     out.setdefault(table, []).append(to_file_types(table, rows.select(schema.names)).cast(schema))

@@ -9,10 +9,10 @@ Layers, each importing only those before it: :mod:`~xprosql.engine.library` (the
 
 from __future__ import annotations
 
-from xprosql.engine.executor import Engine, derive_stored_table, profiles_where
+from xprosql.engine.executor import Engine, derive_stored_tables, profiles_where
 from xprosql.engine.library import Column, Module, Parameter, library
 from xprosql.engine.result import Result
 
 __all__ = [
-    "Column", "Engine", "Module", "Parameter", "Result", "derive_stored_table", "library", "profiles_where",
+    "Column", "Engine", "Module", "Parameter", "Result", "derive_stored_tables", "library", "profiles_where",
 ]

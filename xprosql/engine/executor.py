@@ -40,7 +40,7 @@ from xprosql.models.tables import PACK_DERIVED_TABLES
 from xprosql.warehouse import PACK_TARGET_ROWS, Snapshot
 
 __all__ = [
-    "SHARE_EVENTS", "Backend", "Engine", "LocalBackend", "combine", "derive_stored_table", "profiles_where",
+    "SHARE_EVENTS", "Backend", "Engine", "LocalBackend", "combine", "derive_stored_tables", "profiles_where",
     "scans_events",
 ]
 
@@ -126,38 +126,50 @@ def combine(parts: list[pa.Table], sql: str, params: Mapping[str, Any], *,
             return con.sql(f"SELECT * FROM _combined{limit_sql}").to_arrow_table()
 
 
-def derive_stored_table(table: str, snapshot: Snapshot, earlier: Mapping[str, pa.Table] | None = None) -> pa.Table:
-    """The rows of stored table ``table`` over ``snapshot``: its module with default parameters. ``earlier``: stored
-    tables already derived for the same profiles (table -> rows), which the module reads where it builds on theirs.
-    A union module's parts run one by one, what two of them include computed once (:func:`_shared_includes`).
+def derive_stored_tables(snapshot: Snapshot, *, upto: str | None = None) -> dict[str, pa.Table]:
+    """The rows of every stored table (``PACK_DERIVED_TABLES``, in order; ``upto``: the last one wanted) over
+    ``snapshot``: each its module with default parameters, on one connection, reading the tables before it where it
+    builds on them. A union module's parts run one by one, and what two parts of any of the tables include is computed
+    once (:func:`_shared_includes`: the findings' rules and the bottleneck steps share the asynchronous ops).
 
     Compaction's callback (``Warehouse.compact(derive=...)``): storage never runs analyses itself.
     """
     lib = library()
-    module = lib.modules[PACK_DERIVED_TABLES[table]]
-    arrow = {_alias(PACK_DERIVED_TABLES[t]): rows for t, rows in (earlier or {}).items()}
-    read = {PACK_DERIVED_TABLES[t] for t in earlier or {}}  # modules whose rows a registered table holds
-    con = snapshot_connection(snapshot, arrow=arrow)
+    names = list(PACK_DERIVED_TABLES)
+    wanted = names[: names.index(upto) + 1] if upto else names
+    modules = {name: lib.modules[PACK_DERIVED_TABLES[name]] for name in wanted}
+    # A union module runs part by part; another is its one part.
+    parts = {name: tuple(m.includes) if m.union else (m.id,) for name, m in modules.items()}
+    read: set[str] = set()  # modules whose rows a registered table holds
+    out: dict[str, pa.Table] = {}
+    con = snapshot_connection(snapshot)
 
     def run(module_id: str) -> pa.Table:
         builds_on = lib.included(module_id) | {module_id}
         text = lib.text(module_id, frozenset((m, _alias(m)) for m in read & builds_on))
         return query(con, text, used_parameters(text, lib.bind(module_id, {}))).to_arrow_table()
 
+    def register(module_id: str, rows: pa.Table) -> None:
+        con.register(_alias(module_id), rows)
+        read.add(module_id)
+
     try:
-        parts = module.includes if module.union else (module.id,)
-        for shared in _shared_includes(lib, parts, read):
-            con.register(_alias(shared), run(shared))
-            read.add(shared)
-        rows = [run(part) for part in parts]
-        return combine(rows, "", {}, order=module.order or "") if module.union else rows[0]
+        for i, (name, module) in enumerate(modules.items()):
+            needed = set().union(*(lib.included(part) for part in parts[name]))
+            for shared in _shared_includes(lib, [p for later in list(parts)[i:] for p in parts[later]], read):
+                if shared in needed:
+                    register(shared, run(shared))
+            rows = [run(part) for part in parts[name]]
+            out[name] = combine(rows, "", {}, order=module.order or "") if module.union else rows[0]
+            register(module.id, out[name])
+        return out
     finally:
         con.close()
 
 
 def _shared_includes(lib: Library, parts: Sequence[str], read: set[str]) -> list[str]:
-    """The includes that two or more of a union module's ``parts`` would compute (those not in ``read``), innermost
-    first: run once and read by each (the findings' rules share the roofline, async ops, the steps' verdicts).
+    """The includes that two or more of ``parts`` (modules: the parts of union modules, or whole ones) would compute
+    (those not in ``read``), innermost first: run once and read by each.
 
     Only an include that gets its own defaults in every part (what a part passes it defaults to the same value: with
     every default bound, as derivation runs, its rows are then the same in each; the rule of ``Engine._stored``),
@@ -180,16 +192,6 @@ def _shared_includes(lib: Library, parts: Sequence[str], read: set[str]) -> list
 
     shared = [include for include, n in counts.items() if n > 1 and own_defaults(include)]
     return sorted(shared, key=lambda include: (len(lib.included(include)), include))
-
-
-def _derived(table: str, share: Snapshot) -> pa.Table:
-    """Stored table ``table`` over ``share`` as compaction derives it: after the stored tables before it, which it reads."""
-    earlier: dict[str, pa.Table] = {}
-    for name in PACK_DERIVED_TABLES:
-        earlier[name] = derive_stored_table(name, share, earlier)
-        if name == table:
-            return earlier[name]
-    raise KeyError(table)
 
 
 class Engine:
@@ -362,7 +364,7 @@ class Engine:
             table = next((t for t, m in PACK_DERIVED_TABLES.items() if m == module_id), None)
             if table is not None:
                 shares = max(1, -(-self._events(others) // PACK_TARGET_ROWS))
-                parts += [_derived(table, share) for share in others.shares(shares)]
+                parts += [derive_stored_tables(share, upto=table)[table] for share in others.shares(shares)]
             else:
                 done: dict[str, pa.Table] = {}
                 for include in module.includes:

@@ -1,7 +1,7 @@
 """Compaction with what it stores: the per-profile tables' rows and the job tables' replays.
 
 :meth:`xprosql.warehouse.Warehouse.compact` packs files and writes what its callbacks compute; storage never runs
-analyses itself. This module hands it both callbacks: ``derive_stored_table`` (the SQL modules of
+analyses itself. This module hands it both callbacks: ``derive_stored_tables`` (the SQL modules of
 ``PACK_DERIVED_TABLES``, per profile) and ``derive_job_tables`` (the job critical path and what-if of
 ``JOB_DERIVED_TABLES``, per job: they depend on all of a job's members, so they are kept per job and computed
 again when a member arrives). ``xprosql compact``, ``xprosql.compact`` and ingest's automatic compaction use it.
@@ -44,8 +44,8 @@ def compact(path: str | os.PathLike[str], *, target_rows: int = PACK_TARGET_ROWS
 def compact_warehouse(warehouse: Warehouse, *, target_rows: int = PACK_TARGET_ROWS, min_profiles: int = 2,
                       wait: bool = True, retention_hours: float = VACUUM_RETENTION_HOURS) -> CompactReport | None:
     """:func:`compact` on an open :class:`~xprosql.warehouse.Warehouse`."""
-    from xprosql.engine import derive_stored_table  # the analyses' imports only when compacting
+    from xprosql.engine import derive_stored_tables  # the analyses' imports only when compacting
     from xprosql.queries.job_critical_path import derive_job_tables
 
-    return warehouse.compact(target_rows=target_rows, min_profiles=min_profiles, wait=wait, derive=derive_stored_table,
+    return warehouse.compact(target_rows=target_rows, min_profiles=min_profiles, wait=wait, derive=derive_stored_tables,
                              derive_jobs=derive_job_tables, retention_hours=retention_hours)
