@@ -57,7 +57,7 @@ kernel_calls AS (
     SELECT k.profile_id, k.event_id, k.device_id, k.stream_id, k.start_ps, k.start_ps + k.dur_ps AS end_ps, e.name,
         n.kind AS kernel_kind, k.correlation_id
     FROM kernels AS k JOIN events AS e USING (profile_id, event_id)
-    JOIN event_kinds AS n ON n.name = e.name AND n.category IS NOT DISTINCT FROM e.category
+    JOIN event_kinds AS n ON n.name IS NOT DISTINCT FROM e.name AND n.category IS NOT DISTINCT FROM e.category
     WHERE n.kind IS NOT NULL AND k.start_ps IS NOT NULL
 ),
 with_profile_kernels AS (
@@ -86,7 +86,7 @@ kernel_ops AS (
         arg_min(o.event_id, a.depth) AS op_id,
         arg_min(n.kind, a.depth) AS op_kind
     FROM around AS a JOIN events AS o ON o.profile_id = a.profile_id AND o.event_id = a.op_id
-    JOIN event_kinds AS n ON n.name = o.name AND n.category IS NOT DISTINCT FROM o.category
+    JOIN event_kinds AS n ON n.name IS NOT DISTINCT FROM o.name AND n.category IS NOT DISTINCT FROM o.category
     WHERE n.kind <> 'other'
     GROUP BY ALL
 ),
