@@ -6,6 +6,7 @@ import importlib.util
 import sys
 from pathlib import Path
 from types import SimpleNamespace
+from typing import ClassVar
 
 import pytest
 
@@ -67,6 +68,57 @@ def test_recording_ingests_into_the_gpu_tables(tmp_path: Path) -> None:
     assert run.sql("SELECT min(start_ps) FROM events").rows() == [(0,)]
 
 
+class _FakeDriver:
+    """cuda.bindings.driver as the recorder calls it, describing one H200 (hand-built: no GPU here; the device
+    check reads a real one, tests/data/h200)."""
+
+    class CUdevice_attribute:
+        CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR = 16, 75
+        CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR = 76
+
+    VALUES: ClassVar[dict[int, int]] = {16: 132, 75: 9, 76: 0}
+
+    @staticmethod
+    def cuInit(flags: int) -> tuple[int]:
+        return (0,)
+
+    @staticmethod
+    def cuDeviceGet(index: int) -> tuple[int, int]:
+        return (0, index) if index == 0 else (101, None)  # CUDA_ERROR_INVALID_DEVICE beyond GPU 0
+
+    @staticmethod
+    def cuDeviceGetName(length: int, device: int) -> tuple[int, bytes]:
+        return 0, b"NVIDIA H200".ljust(length, b"\0")
+
+    @staticmethod
+    def cuDeviceTotalMem(device: int) -> tuple[int, int]:
+        return 0, 150_109_880_320
+
+    @classmethod
+    def cuDeviceGetAttribute(cls, attribute: int, device: int) -> tuple[int, int]:
+        return 0, cls.VALUES[attribute]
+
+
+def test_a_recording_describes_its_gpus(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import gzip
+    import json
+
+    bindings = SimpleNamespace(driver=_FakeDriver)
+    monkeypatch.setitem(sys.modules, "cuda", SimpleNamespace(bindings=bindings))
+    monkeypatch.setitem(sys.modules, "cuda.bindings", bindings)
+    monkeypatch.setitem(sys.modules, "cuda.bindings.driver", _FakeDriver)
+    properties = cupti._device_properties([0, 1])  # GPU 1: the driver has no such device, left out
+    assert properties == [{"id": 0, "name": "NVIDIA H200", "totalGlobalMem": 150_109_880_320, "numSms": 132,
+                           "computeMajor": 9, "computeMinor": 0}]
+    trace = cupti.records_to_trace(_records(), kinds=KINDS, host="gpuhost", pid=42, device_properties=properties)
+    path = tmp_path / "gpuhost.42.cupti.json.gz"
+    path.write_bytes(gzip.compress(json.dumps(trace).encode()))
+    assert xprosql.ingest(path, into=tmp_path / "run").ok
+    run = xprosql.load(tmp_path / "run")
+    assert run.sql("SELECT model, core_count, compute_capability, peak_flops_per_s FROM devices WHERE kind = 'gpu'"
+                   ).rows() == [("NVIDIA H200", 132, "9.0", 989e12)]
+
+
 @pytest.mark.skipif(HAS_CUPTI, reason="cupti-python is installed: the no-GPU behaviour is not observable here")
 def test_without_cupti_importing_works_and_recording_says_why(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(cupti.CuptiUnavailableError, match="cupti-python is not importable"):
@@ -79,17 +131,42 @@ def test_without_cupti_importing_works_and_recording_says_why(tmp_path: Path, ca
     assert "cupti-python is not importable" in capsys.readouterr().err
 
 
+def _written_trace(recording: cupti.Recording) -> dict:
+    import gzip
+    import json
+
+    assert recording.path is not None and recording.path.name.endswith(".cupti.json.gz")
+    return json.loads(gzip.decompress(recording.path.read_bytes()))
+
+
+def _ingested_if_the_stack_is_here(recording: cupti.Recording, tmp_path: Path) -> xprosql.Run | None:
+    """The recording ingested, where DuckDB and Delta are installed (a GPU machine may have only CUPTI: its
+    recordings are then ingested elsewhere, as tests/data/h200's are by tests/test_h200.py)."""
+    if not all(importlib.util.find_spec(name) for name in ("duckdb", "deltalake", "polars")):
+        return None
+    assert xprosql.ingest(recording.path, into=tmp_path / "run").ok
+    return xprosql.load(tmp_path / "run")
+
+
 @pytest.mark.skipif(not HAS_CUPTI, reason="needs cupti-python and an NVIDIA GPU (the device check runs it)")
 def test_live_capture_of_a_cuda_program(tmp_path: Path) -> None:
     cp = pytest.importorskip("cupy", reason="the live capture test drives the GPU with CuPy")
     with cupti.record(tmp_path / "raw") as recording:
         x = cp.arange(1 << 20, dtype=cp.float32)
         (x * 2).sum().get()
-    assert recording.counts.get("kernel", 0) >= 1 and recording.path is not None
-    report = xprosql.ingest(recording.path, into=tmp_path / "run")
-    assert report.ok
-    run = xprosql.load(tmp_path / "run")
-    assert run.sql("SELECT count(*) FROM kernels").rows()[0][0] == recording.counts["kernel"]
+    trace = _written_trace(recording)
+    events = trace["traceEvents"]
+    kernels = [e for e in events if e["cat"] == "kernel"]
+    assert len(kernels) == recording.counts.get("kernel", 0) >= 1
+    # The GPUs described as PyTorch's traces describe them, so ingest knows the model and its roofs.
+    (gpu,) = {k["pid"] for k in kernels}
+    assert [(p["id"], p["numSms"] > 0, p["totalGlobalMem"] > 0) for p in trace["deviceProperties"]] == [(gpu, True, True)]
+    # Every kernel was launched by a runtime or driver call that CUPTI recorded with the same correlation id.
+    launches = {e["args"]["correlation"] for e in events if e["cat"] in ("cuda_runtime", "cuda_driver")}
+    assert all(k["args"]["correlation"] in launches and k["dur"] > 0 for k in kernels)
+    run = _ingested_if_the_stack_is_here(recording, tmp_path)
+    if run is not None:
+        assert run.sql("SELECT count(*) FROM kernels").rows()[0][0] == len(kernels)
 
 
 METRICS = ["gr__cycles_elapsed.max", "sm__cycles_active.avg"]
@@ -270,11 +347,19 @@ def test_live_pm_sampling_of_a_cuda_program(tmp_path: Path) -> None:
         x.sum().get()
     decoded = recording.pm_samples[0]
     assert decoded.metrics == METRICS and len(decoded.samples) >= 1
-    assert xprosql.ingest(recording.path, into=tmp_path / "run").ok
-    run = xprosql.load(tmp_path / "run")
-    rows = run.sql("SELECT counter, count(*) FROM counters WHERE counter_set = 'pm_sampling' GROUP BY counter "
-                   "ORDER BY counter").rows()
-    assert rows == [(m, recording.counts["pm_sampling"]) for m in sorted(METRICS)]
+    events = _written_trace(recording)["traceEvents"]
+    samples = [e for e in events if e["cat"] == cupti.PM_SAMPLING_CATEGORY]
+    kernels = [e for e in events if e["cat"] == "kernel"]
+    assert samples and len(samples) == recording.counts[cupti.PM_SAMPLING_CATEGORY]
+    # One clock: the samples in which the SMs were busy overlap the kernels' span.
+    first, last = min(k["ts"] for k in kernels), max(k["ts"] + k["dur"] for k in kernels)
+    busy = [s for s in samples if s["args"].get("sm__cycles_active.avg", 0) > 0]
+    assert busy and all(s["ts"] < last and s["ts"] + s["dur"] > first for s in busy)
+    run = _ingested_if_the_stack_is_here(recording, tmp_path)
+    if run is not None:
+        rows = run.sql("SELECT counter, count(*) FROM counters WHERE counter_set = 'pm_sampling' GROUP BY counter "
+                       "ORDER BY counter").rows()
+        assert rows == [(m, len(samples)) for m in sorted(METRICS)]
 
 
 # cbids of the runtime calls below, named as cupti.get_callback_name names them (CUDA 13 runtime API).
@@ -384,7 +469,7 @@ def test_recording_points_nvtx_at_cupti_for_the_block(tmp_path: Path, monkeypatc
 
     calls: list[str] = []
     monkeypatch.delenv("NVTX_INJECTION64_PATH", raising=False)
-    monkeypatch.setattr(cupti, "_nvtx_injection_path", lambda: "/opt/cupti/lib/libcupti.so")
+    monkeypatch.setattr(cupti, "_cupti_library_path", lambda: "/opt/cupti/lib/libcupti.so")
     _fake_cupti(monkeypatch, calls)
     with cupti.record(tmp_path, kinds=["MARKER"]):
         inside = os.environ.get("NVTX_INJECTION64_PATH")

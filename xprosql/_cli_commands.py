@@ -445,13 +445,16 @@ def _cmd_record(args: argparse.Namespace) -> int:
     import runpy
 
     from xprosql import cupti
-    from xprosql.ingest import ingest
 
     command = [c for c in args.command if c != "--"] if args.command[:1] == ["--"] else list(args.command)
     if command and Path(command[0]).name.startswith("python"):
         command = command[1:]
     if not command:
         raise XprosqlError("record wants a Python program: xprosql record --into DIR -- python train.py [ARGS]")
+    if args.no_ingest and not args.raw_dir:
+        raise XprosqlError("record --no-ingest wants --raw-dir DIR: where the recording goes")
+    if not args.no_ingest and not args.into:
+        raise XprosqlError("record wants --into DIR (the warehouse to ingest into), or --no-ingest --raw-dir DIR")
     raw_dir = Path(args.raw_dir) if args.raw_dir else Path(args.into) / "recordings"
     saved_argv = sys.argv
     exit_code = 0
@@ -470,6 +473,10 @@ def _cmd_record(args: argparse.Namespace) -> int:
             sys.argv = saved_argv
     print(f"recorded {recording.path}: " + ", ".join(f"{n} {cat}" for cat, n in sorted(recording.counts.items())))
     assert recording.path is not None  # set once the recording has ended
+    if args.no_ingest:
+        return exit_code
+    from xprosql.ingest import ingest  # after the recording: a GPU machine may lack DuckDB and Delta
+
     report = ingest(recording.path, into=args.into)
     for path, reason in report.failed:
         print(f"error: {path}: {one_line(reason)}", file=sys.stderr)

@@ -211,8 +211,11 @@ def _parser() -> argparse.ArgumentParser:
     p.set_defaults(subcommand="tables")
 
     p = commands.add_parser("record", help="record CUDA activity of a Python program with CUPTI and ingest it")
-    p.add_argument("--into", required=True, help="warehouse directory to ingest the recording into")
+    p.add_argument("--into", help="warehouse directory to ingest the recording into")
     p.add_argument("--raw-dir", help="where the raw recording goes (default: DIR/recordings)")
+    p.add_argument("--no-ingest", action="store_true",
+                   help="only write the recording into --raw-dir (a GPU machine without the analysis stack: "
+                        "ingest the *.cupti.json.gz elsewhere)")
     p.add_argument("--metrics", help="CUPTI PM sampling metrics to sample too, comma-separated "
                                      "(e.g. sm__cycles_active.avg,gpu__dram_throughput.avg.pct_of_peak_sustained_elapsed)")
     p.add_argument("--metrics-device", type=int, default=0, help="GPU index to PM-sample (default: 0)")

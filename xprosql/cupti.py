@@ -138,11 +138,14 @@ def _api_name(cupti: Any, domain: str, cbid: int) -> str:
 
 def records_to_trace(records: Iterable[Any], *, kinds: dict[str, int], api_name: Any = None,
                      host: str | None = None, pid: int | None = None,
-                     pm_samples: Mapping[int, PmSamples] | None = None) -> dict[str, Any]:
+                     pm_samples: Mapping[int, PmSamples] | None = None,
+                     device_properties: Sequence[Mapping[str, Any]] = ()) -> dict[str, Any]:
     """CUPTI activity records as a Kineto-format trace dict (pid = GPU for device work, like PyTorch).
 
     ``kinds`` maps ``cupti.ActivityKind`` member names to their int values; ``api_name(domain, cbid)``
     names runtime and driver calls. ``pm_samples`` maps a GPU index to its decoded PM samples.
+    ``device_properties``: the GPUs as PyTorch's traces describe them (``deviceProperties``: id,
+    name, totalGlobalMem, computeMajor, computeMinor, numSms), which give ingest their model and roofs.
     """
     by_value = {value: name for name, value in kinds.items()}
     api_name = api_name or (lambda domain, cbid: f"{domain.lower()}_cbid_{cbid}")
@@ -231,7 +234,10 @@ def records_to_trace(records: Iterable[Any], *, kinds: dict[str, int], api_name:
     if pm_samples:
         recorder["pm_sampling"] = {str(device): _pm_events(decoded, device, us, events)
                                    for device, decoded in sorted(pm_samples.items())}
-    return {"schemaVersion": 1, "baseTimeNanoseconds": base, "traceEvents": events, RECORDER_KEY: recorder}
+    trace = {"schemaVersion": 1, "baseTimeNanoseconds": base, "traceEvents": events, RECORDER_KEY: recorder}
+    if device_properties:
+        trace["deviceProperties"] = [dict(p) for p in device_properties]
+    return trace
 
 
 def _marker_thread(record: Any, pid: int | None) -> tuple[int | None, int]:
@@ -284,12 +290,12 @@ def _marker_events(markers: Sequence[Any], us: Any, pid: int | None, events: lis
     return counts
 
 
-def _nvtx_injection_path() -> str | None:
-    """The CUPTI library NVTX should load to report its ranges (cupti-python's own, found by cuda-pathfinder)."""
+def _cupti_library_path() -> str | None:
+    """The CUPTI library cupti-python uses (found by cuda-pathfinder, as cupti-python finds it)."""
     try:
         from cuda.pathfinder import load_nvidia_dynamic_lib
         return load_nvidia_dynamic_lib("cupti").abs_path
-    except Exception:  # no cuda-pathfinder, or no CUPTI library where it looks: NVTX ranges are not recorded
+    except Exception:  # no cuda-pathfinder, or no CUPTI library where it looks
         return None
 
 
@@ -311,6 +317,40 @@ def _pm_events(decoded: PmSamples, device: int, us: Any, events: list[dict[str, 
                        "tid": "PM sampling", "ts": us(start), "dur": (end - start) / 1000.0, "args": args})
     return {"metrics": list(decoded.metrics), "samples": len(decoded.samples) - dropped,
             "dropped_samples": dropped, "non_finite_values": non_finite}
+
+
+def _device_properties(devices: Iterable[int]) -> list[dict[str, Any]]:
+    """``deviceProperties`` of the GPUs the recording saw, read through the CUDA driver (cuda-bindings, a
+    cupti-python dependency); a GPU the driver cannot describe is left out (ingest then has no model for it)."""
+    try:
+        from cuda.bindings import driver
+        attribute = driver.CUdevice_attribute
+    except (ImportError, AttributeError):
+        return []
+    wanted = {"numSms": attribute.CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT,
+              "computeMajor": attribute.CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR,
+              "computeMinor": attribute.CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR}
+    described = []
+    for index in sorted(set(devices)):
+        try:
+            driver.cuInit(0)
+            err, device = driver.cuDeviceGet(index)
+            if int(err):
+                continue
+            err, name = driver.cuDeviceGetName(256, device)
+            err_memory, memory = driver.cuDeviceTotalMem(device)
+            if int(err) or int(err_memory):
+                continue
+            properties: dict[str, Any] = {"id": index, "name": bytes(name).split(b"\0", 1)[0].decode(),
+                                          "totalGlobalMem": int(memory)}
+            for key, which in wanted.items():
+                err, value = driver.cuDeviceGetAttribute(which, device)
+                if not int(err):
+                    properties[key] = int(value)
+        except Exception:  # an older cuda-bindings without one of these calls: the GPU stays undescribed
+            continue
+        described.append(properties)
+    return described
 
 
 def _load_pm_sampling() -> tuple[Any, Any]:
@@ -425,7 +465,7 @@ def record(directory: str | os.PathLike[str], *, kinds: Iterable[str] = DEFAULT_
     # NVTX reports ranges to CUPTI only as its injection library (read at NVTX's first call in the process).
     injection = os.environ.get(_NVTX_INJECTION)
     if "MARKER" in wanted and injection is None:
-        found = _nvtx_injection_path()
+        found = _cupti_library_path()
         if found:
             os.environ[_NVTX_INJECTION] = found
         else:
@@ -460,9 +500,11 @@ def record(directory: str | os.PathLike[str], *, kinds: Iterable[str] = DEFAULT_
         cupti.finalize()
         if injection is None:
             os.environ.pop(_NVTX_INJECTION, None)
+        devices = {r.device_id for r in recording.records if isinstance(getattr(r, "device_id", None), int)}
         trace = records_to_trace(recording.records, kinds=kind_values,
                                  api_name=lambda domain, cbid: _api_name(cupti, domain, cbid),
-                                 host=socket.gethostname(), pid=os.getpid(), pm_samples=recording.pm_samples)
+                                 host=socket.gethostname(), pid=os.getpid(), pm_samples=recording.pm_samples,
+                                 device_properties=_device_properties(devices | set(recording.pm_samples)))
         if sampler is not None:
             pm_info = trace[RECORDER_KEY].setdefault("pm_sampling", {}).setdefault(str(sampler.device), {})
             pm_info.update(metrics=sampler.metrics, sampling_interval_ns=sampler.interval_ns)
