@@ -45,23 +45,24 @@ def _replayed(events: list[dict[str, Any]]) -> tuple[dict[str, Any], list[dict[s
 
 
 def _walk_capture(events: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """The launches between StreamBeginCapture and StreamEndCapture on its thread, each with the innermost and
-    outermost cpu_op and the names (annotations, nn.Modules) around it."""
+    """The launches of the capturing process between StreamBeginCapture and StreamEndCapture on its thread, each
+    with the innermost and outermost cpu_op and the names (annotations, nn.Modules) around it on its own thread."""
     runtime = [e for e in events if e.get("cat") == "cuda_runtime" and e.get("ph") == "X"]
     begin = next(e for e in runtime if "StreamBeginCapture" in e["name"])
     end = min((e for e in runtime if "StreamEndCapture" in e["name"] and e["tid"] == begin["tid"] and e["ts"] > begin["ts"]),
               key=lambda e: e["ts"])
-    thread = [e for e in events if e.get("ph") == "X" and e.get("pid") == begin["pid"] and e.get("tid") == begin["tid"]]
-    ops = [e for e in thread if e.get("cat") == "cpu_op"]
-    names = [e for e in thread if e.get("cat") == "user_annotation"
+    process = [e for e in events if e.get("ph") == "X" and e.get("pid") == begin["pid"]]
+    ops = [e for e in process if e.get("cat") == "cpu_op"]
+    names = [e for e in process if e.get("cat") == "user_annotation"
              or (e.get("cat") == "python_function" and e["name"].startswith("nn.Module: "))]
-    launches = sorted((e for e in runtime if e["tid"] == begin["tid"] and begin["ts"] < e["ts"] < end["ts"]
+    launches = sorted((e for e in runtime if e["pid"] == begin["pid"] and begin["ts"] < e["ts"] < end["ts"]
                        and _LAUNCH.search(e["name"]) and "Graph" not in e["name"]), key=lambda e: e["ts"])
     walked = []
     for launch in launches:
-        around = sorted((o for o in ops if o["ts"] <= launch["ts"] and launch["ts"] + launch["dur"] <= o["ts"] + o["dur"]),
-                        key=lambda o: (o["ts"], -o["dur"]))
-        path = sorted((n for n in names if n["ts"] <= launch["ts"] < n["ts"] + n["dur"]), key=lambda n: (n["ts"], -n["dur"]))
+        around = sorted((o for o in ops if o["tid"] == launch["tid"] and o["ts"] <= launch["ts"]
+                         and launch["ts"] + launch["dur"] <= o["ts"] + o["dur"]), key=lambda o: (o["ts"], -o["dur"]))
+        path = sorted((n for n in names if n["tid"] == launch["tid"] and n["ts"] <= launch["ts"] < n["ts"] + n["dur"]),
+                      key=lambda n: (n["ts"], -n["dur"]))
         kind = "memset" if "Memset" in launch["name"] else "memcpy" if "Memcpy" in launch["name"] else "kernel"
         walked.append({
             "match_name": launch["args"].get("kernel") if kind == "kernel" else kind,

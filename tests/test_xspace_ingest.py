@@ -185,8 +185,10 @@ def test_gpu_devices_from_the_hardware_model(xspace_warehouse: Path) -> None:
         {"pid": _profile_id(GPU_SAMPLE)},
     ).rows()
     assert len(rows) == 8
-    # V100: 80 SMs x 64 FP32 lanes x 2 x 1.53 GHz; bandwidth from the memory_bandwidth stat.
-    assert set(rows) == {("Tesla V100", "7.0", 80, 80 * 64 * 2 * 1.53e9, 898048000000.0, "profile+hardware_model")}
+    # V100: 80 SMs x 1,024 dense fp16 tensor-core FLOP per clock x 1.53 GHz (the data sheet's 125 TF, the matrix
+    # roof XProf models; tests/test_h200.py checks the model against XProf on a real H200); bandwidth from the
+    # memory_bandwidth stat.
+    assert set(rows) == {("Tesla V100", "7.0", 80, 80 * 1024 * 1.53e9, 898048000000.0, "profile+hardware_model")}
 
 
 def test_every_tpu_op_event_joins_its_hlo_op(xspace_warehouse: Path) -> None:

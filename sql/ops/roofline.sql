@@ -46,11 +46,17 @@
 -- formulas for GEMM, convolution and attention) or the trace's flops arg. GPU work
 -- that no op launched in the trace keeps its kernel name and has no cost data.
 --
--- Deliberate difference from XProf: the bytes of an async pair (copy-start /
+-- Deliberate differences from XProf: the bytes of an async pair (copy-start /
 -- copy-done, ...) move during the pair's window (op_stats.async_window_ps).
 -- XProf divides them by the few nanoseconds of the start op (hundreds of
 -- millions of GiB/s in the TPU sample); here both ops' bandwidths are bytes
--- over their pairs' windows.
+-- over their pairs' windows. On GPU XSpace profiles (tests/data/h200: the roof,
+-- SMs x clock x the per-SM matrix rate, and every op's time equal), a cuBLAS GEMM
+-- custom call's FLOPs and bytes are the GEMM's (library): XProf counts both twice,
+-- which puts the H200's GEMMs at 1.3-1.5x its own roof; and an elementwise fusion
+-- counts one FLOP per arithmetic element op, where XProf weighs them by XLA's GPU
+-- cost model (3-22x ours): bytes, bound_by and efficiency agree, as those fusions
+-- are memory-bound.
 --
 -- Needs: ops: TPU XLA Ops, GPU kernels, or XLA ops on a host without accelerators
 --

@@ -125,6 +125,10 @@ def shape_elements(shape: hlo_pb2.ShapeProto) -> int:
     return math.prod(shape.dimensions)
 
 
+# Ops that move no data of their own inside a fusion: a slice behind them reads only its part.
+_LAYOUT_OPS = ("bitcast", "transpose")
+
+
 def _array_bytes(shape: hlo_pb2.ShapeProto) -> int:
     if shape.element_type in _NO_DATA:
         return 0
@@ -445,6 +449,8 @@ class _Analysis:
                         read += self._parameter_read_bytes(body.id, inner_params[index])
             elif op == "slice":
                 read += shape_bytes(user.shape)
+            elif op in _LAYOUT_OPS and (sliced := self._sliced_bytes(cid, user)) is not None:
+                read += sliced
             elif op == "dynamic-slice":
                 if user.operand_ids and user.operand_ids[0] == param.id:
                     read += shape_bytes(user.shape)
@@ -458,6 +464,21 @@ class _Analysis:
             elif not trivial_seen:
                 trivial_seen, read = True, read + size  # other readers share one read
         return read
+
+    def _sliced_bytes(self, cid: int, inst: hlo_pb2.HloInstructionProto) -> int | None:
+        """Bytes the slices behind a chain of layout ops read (a fused qkv split: bitcast, transpose, slice), or
+        None when something else reads the chain. XLA's GPU cost analysis, which XProf runs on GPU profiles, counts
+        the part a fusion uses (tests/test_h200.py: its loop_slice_fusions); reading the whole operand put them
+        above the HBM roof."""
+        total = 0
+        for user in self.users[cid].get(inst.id, []):
+            if user.opcode == "slice":
+                total += shape_bytes(user.shape)
+            elif user.opcode in _LAYOUT_OPS and (sliced := self._sliced_bytes(cid, user)) is not None:
+                total += sliced
+            else:
+                return None
+        return total if total else None
 
 
 def _leaf_bytes(shape: hlo_pb2.ShapeProto) -> int:

@@ -732,12 +732,14 @@ def _gpu_tables(events: pl.DataFrame, event_stats: pl.DataFrame, kinds: list[tup
         if name not in details.columns:
             details = details.with_columns(pl.lit(None, dtype=pl.String).alias(name))
     on_stream = on_stream.join(details, on="event_id", how="left", maintain_order="left")
-    # The first prefix that matches, the event's name before its line's.
-    sources = (pl.col("name").cast(pl.String), pl.col("line_name").cast(pl.String).str.extract(r"\(([^)]*)\)", 1))
+    # The first prefix that matches, the event's name before its line's. A line names its kind only when it holds
+    # one: "Stream #14(Memset,Compute)" (XLA's command buffers on an H200) runs kernels beside its memsets.
+    line_kinds = pl.col("line_name").cast(pl.String).str.extract(r"\(([^),]*)\)", 1)
+    sources = (pl.col("name").cast(pl.String), line_kinds)
     on_stream = on_stream.with_columns(copy_kind=pl.coalesce(
         pl.when(source.str.starts_with(prefix)).then(pl.lit(kind)) for source in sources for prefix, kind in _COPY_KINDS.items()
     ))
-    is_copy = pl.col("copy_kind").is_not_null() | pl.col("memcpy_details").is_not_null()
+    is_copy = (pl.col("copy_kind").is_not_null() | pl.col("memcpy_details").is_not_null()) & pl.col("kernel_details").is_null()
 
     copies = on_stream.filter(is_copy).with_columns(
         kind=pl.col("copy_kind"),
@@ -800,7 +802,8 @@ def _int_or_none(value: Any) -> int | None:
 
 def _device_row(device_id: int, plane: xplane_pb2.XPlane, stats: dict[str, Any], n_tracks: int, n_events: int) -> tuple:
     kind, ordinal = _device_kind(plane.name)
-    model = stats.get("device_type_string") if isinstance(stats.get("device_type_string"), str) else None
+    # A GPU plane names its board in gpu_device_name ("NVIDIA H200"), as PyTorch's traces do.
+    model = next((stats[k] for k in ("device_type_string", "gpu_device_name") if isinstance(stats.get(k), str)), None)
     peak_flops = peak_bw = None
     source = None
     if isinstance(stats.get("peak_teraflops_per_second"), float):

@@ -3,7 +3,7 @@
 Profile stats always win over these tables (docs/reference.md, peak numbers). Two
 models live here:
 
-* :func:`gpu_peak_flops_per_s`: XProf's per-SM model of an NVIDIA GPU's FP32 peak
+* :func:`gpu_peak_flops_per_s`: XProf's per-SM model of an NVIDIA GPU's dense bf16/fp16 matrix peak
   from the SM count, compute capability and clock an XSpace GPU plane records
   (ingest fills ``devices.peak_flops_per_s`` with it; AMD GPUs take the chip
   table's peak instead).
@@ -38,7 +38,7 @@ import pyarrow as pa
 
 __all__ = [
     "CHIPS",
-    "FP32_LANES_PER_SM",
+    "MATRIX_FLOPS_PER_SM_CLOCK",
     "Chip",
     "chip_for_model",
     "device_model",
@@ -50,12 +50,14 @@ __all__ = [
     "normalize_model",
 ]
 
-# FP32 lanes per SM by compute capability; each retires one FMA (2 FLOP) per clock.
-# XProf derives a GPU's peak the same way when the profile has no peak stat.
-FP32_LANES_PER_SM: dict[tuple[int, int], int] = {
-    (6, 0): 64, (6, 1): 128, (7, 0): 64, (7, 2): 64, (7, 5): 64,
-    (8, 0): 64, (8, 6): 128, (8, 7): 128, (8, 9): 128,
-    (9, 0): 128, (10, 0): 128, (12, 0): 128,
+# Dense bf16/fp16 tensor-core FLOP per SM per clock by compute capability (NVIDIA's architecture
+# whitepapers: V100 125 TF = 80 SMs x 1.53 GHz x 1024; A100 312 TF = 108 x 1.41 GHz x 2048; H100/H200
+# x 4096; B200 x 8192). XProf's roofline on a real H200 XSpace prints this peak: 132 SMs x 1.98 GHz
+# (the clock_rate stat) x 4096 = 1,070,530 GFLOP/s (tests/test_h200.py).
+MATRIX_FLOPS_PER_SM_CLOCK: dict[tuple[int, int], int] = {
+    (7, 0): 1024, (7, 2): 1024, (7, 5): 1024,
+    (8, 0): 2048, (8, 6): 1024, (8, 7): 1024, (8, 9): 1024,
+    (9, 0): 4096, (10, 0): 8192, (12, 0): 1024,
 }
 
 # (vendor, compute capability, SM count) -> marketing name. ROCm reports an AMD GPU's gfx
@@ -117,12 +119,12 @@ def device_model(name: str | None, *, compute_capability: tuple[int, int] | None
 
 def gpu_peak_flops_per_s(*, compute_capability: tuple[int, int], sm_count: int, clock_khz: int,
                          vendor: str | None = None) -> float | None:
-    """FP32 peak of an NVIDIA GPU: SMs x lanes per SM x 2 FLOP per FMA x clock (None for other vendors,
-    whose capabilities mean something else: AMD's 9.0 is gfx90a, not Hopper)."""
-    lanes = FP32_LANES_PER_SM.get(compute_capability)
-    if (vendor or "nvidia").lower() != "nvidia" or lanes is None or not sm_count or not clock_khz:
+    """Dense bf16/fp16 matrix peak of an NVIDIA GPU, as XProf models it: SMs x FLOP per SM per clock x
+    clock (None for other vendors, whose capabilities mean something else: AMD's 9.0 is gfx90a, not Hopper)."""
+    per_clock = MATRIX_FLOPS_PER_SM_CLOCK.get(compute_capability)
+    if (vendor or "nvidia").lower() != "nvidia" or per_clock is None or not sm_count or not clock_khz:
         return None
-    return float(sm_count) * lanes * 2.0 * clock_khz * 1e3
+    return float(sm_count) * per_clock * clock_khz * 1e3
 
 
 @dataclass(frozen=True)
