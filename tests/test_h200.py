@@ -13,15 +13,13 @@ import importlib.util
 import json
 import math
 import re
-import shutil
-import subprocess
-import sys
 from collections import Counter
 from pathlib import Path
 
 import polars as pl
 import pytest
 from conftest import TEST_DATA
+from test_xprof_differential import xprof_tool
 
 import xprosql
 from xprosql.models import hardware
@@ -54,21 +52,6 @@ def _profile(run: xprosql.Run, path: Path) -> str:
     return row[0]
 
 
-def _xprof(sample: Path, tool: str, work: Path) -> list[dict]:
-    """Rows of an XProf tool's first table, run in its own process on a copy (it writes caches beside its input)."""
-    copy = work / sample.name
-    shutil.copy(sample, copy)
-    script = ("import sys\nfrom xprof.convert.raw_to_tool_data import xspace_to_tool_data\n"
-              "data, _ = xspace_to_tool_data([sys.argv[1]], sys.argv[2], {'use_saved_result': False})\n"
-              "sys.stdout.write(data.decode() if isinstance(data, bytes) else data)\n")
-    done = subprocess.run([sys.executable, "-c", script, str(copy), tool], check=True, capture_output=True, timeout=300)
-    tables = json.loads(done.stdout)
-    table = tables[0] if isinstance(tables, list) else tables
-    ids = [c["id"] for c in table["cols"]]
-    rows = [dict(zip(ids, ((cell or {}).get("v") for cell in row["c"]))) for row in table["rows"]]
-    return [{**row, "_properties": table.get("p", {})} for row in rows]
-
-
 def test_every_capture_is_small_and_ingests_whole(run: xprosql.Run) -> None:
     assert all(path.stat().st_size <= 5 << 20 for path in CAPTURES)
     formats = dict(run.sql("SELECT regexp_extract(source_path, '[^/]+$'), format FROM profiles").rows())
@@ -83,7 +66,7 @@ def test_every_capture_is_small_and_ingests_whole(run: xprosql.Run) -> None:
 @pytest.mark.parametrize("sample", [JAX, JAX_NO_COMMAND_BUFFERS], ids=["command_buffers", "no_command_buffers"])
 def test_xspace_kernels_match_xprof_kernel_stats(run: xprosql.Run, sample: Path, tmp_path: Path) -> None:
     theirs: dict[str, list[float]] = {}
-    for row in _xprof(sample, "kernel_stats", tmp_path):  # XProf groups by (name, launch configuration)
+    for row in xprof_tool(sample, "kernel_stats", tmp_path):  # XProf groups by (name, launch configuration)
         count, total = theirs.setdefault(row["kernel_name"], [0, 0.0])
         theirs[row["kernel_name"]] = [count + row["occurrences"], total + row["total_duration_us"]]
     ours = run.sql("SELECT name, count(*), sum(dur_ps) / 1e6 FROM kernels WHERE profile_id = $p GROUP BY 1",
@@ -99,7 +82,7 @@ def test_xspace_kernels_match_xprof_kernel_stats(run: xprosql.Run, sample: Path,
 
 @needs_xprof
 def test_roofline_matches_xprof_and_the_matmuls_sit_near_the_bf16_roof(run: xprosql.Run, tmp_path: Path) -> None:
-    rows = _xprof(JAX_NO_COMMAND_BUFFERS, "roofline_model", tmp_path)
+    rows = xprof_tool(JAX_NO_COMMAND_BUFFERS, "roofline_model", tmp_path)
     properties = rows[0]["_properties"]
     theirs = {r["operation"]: r for r in rows if r["step"] == "Total" and r["category"] != "Program"}
     roofline = run.roofline(profiles=[_profile(run, JAX_NO_COMMAND_BUFFERS)]).pl()

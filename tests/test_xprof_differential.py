@@ -111,13 +111,16 @@ _TOOL = (
 
 
 def xprof_tool(sample: Path, tool: str, work: Path) -> list[dict]:
-    """Rows of an XProf tool's DataTable output, run on a copy (the tools write caches beside their input)."""
+    """Rows of an XProf tool's DataTable output (its first table, for tools that write several), run on a copy (the
+    tools write caches beside their input); each row also holds the table's properties under ``_properties``."""
     copy = work / sample.name
     shutil.copy(sample, copy)
     done = subprocess.run([sys.executable, "-c", _TOOL, str(copy), tool], check=True, capture_output=True, timeout=300)
-    table = json.loads(done.stdout)
+    tables = json.loads(done.stdout)
+    table = tables[0] if isinstance(tables, list) else tables
     labels = [c["id"] for c in table["cols"]]
-    return [dict(zip(labels, (cell["v"] if cell else None for cell in row["c"]))) for row in table["rows"]]
+    return [{**dict(zip(labels, (cell["v"] if cell else None for cell in row["c"]))), "_properties": table.get("p", {})}
+            for row in table["rows"]]
 
 
 def test_gpu_kernels_match_xprof_kernel_stats(xspace_warehouse: Path, tmp_path: Path) -> None:
