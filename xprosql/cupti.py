@@ -330,10 +330,11 @@ def _device_properties(devices: Iterable[int]) -> list[dict[str, Any]]:
     wanted = {"numSms": attribute.CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT,
               "computeMajor": attribute.CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR,
               "computeMinor": attribute.CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR}
-    described = []
+    described: list[dict[str, Any]] = []
+    if int(driver.cuInit(0)[0]):
+        return described
     for index in sorted(set(devices)):
         try:
-            driver.cuInit(0)
             err, device = driver.cuDeviceGet(index)
             if int(err):
                 continue
