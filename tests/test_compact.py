@@ -15,6 +15,7 @@ from deltalake import DeltaTable
 from test_batch import SMALL_KINETO, table_digest
 
 import xprosql
+from xprosql.ingest import profile_id_of
 from xprosql.models import TABLES
 from xprosql.warehouse import ROW_GROUP_ROWS, Warehouse
 
@@ -184,3 +185,36 @@ def test_cleanup_spares_a_live_writer_and_takes_a_dead_ones_staging(warehouse: P
         wh.collect_garbage()
         assert not dead.exists() and live.directory.exists()
         live.discard()
+
+
+def _events_in_file_order(root: Path) -> dict[str, list[int]]:
+    """Each profile's event ids in the order of the files' rows (the order a scan without ORDER BY gives)."""
+    order: dict[str, list[int]] = {}
+    for uri in _files(root, "events"):
+        rows = pq.read_table(uri.removeprefix("file://"), columns=["profile_id", "event_id"])
+        for profile, event in zip(*(rows.column(c).to_pylist() for c in ("profile_id", "event_id")), strict=True):
+            order.setdefault(profile, []).append(event)
+    return order
+
+
+@pytest.mark.slow
+def test_packs_keep_profile_order_and_each_profiles_row_order(tmp_path: Path) -> None:
+    """A first compaction packs single-profile files of disjoint ranges as they are (no sort); a later one packs that
+    pack with a profile whose id falls inside its range (sorted): both keep rows ordered by profile, and each profile's
+    rows in their ingested order."""
+    ids = {path: profile_id_of(path.read_bytes()) for path in KINETO}
+    by_id = sorted(KINETO, key=ids.__getitem__)
+    inside, first = by_id[len(by_id) // 2], [p for p in by_id if p != by_id[len(by_id) // 2]]
+    root = tmp_path / "run"
+    assert xprosql.ingest(first, into=root, compact=False).ok
+    ingested = _events_in_file_order(root)
+    assert xprosql.compact(root).files_written > 0
+    assert xprosql.ingest([inside], into=root, compact=False).ok
+    ingested.update({p: e for p, e in _events_in_file_order(root).items() if p == ids[inside]})
+    assert xprosql.compact(root).files_written > 0
+    files = _files(root, "events")
+    assert len(files) == 1
+    ids_in_file = pq.read_table(files[0].removeprefix("file://"), columns=["profile_id"]).column(0).to_pylist()
+    assert ids_in_file == sorted(ids_in_file) and ids[inside] in ids_in_file
+    assert min(ids[p] for p in first) < ids[inside] < max(ids[p] for p in first)
+    assert _events_in_file_order(root) == ingested

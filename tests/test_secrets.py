@@ -11,9 +11,12 @@ import gzip
 import json
 from pathlib import Path
 
+import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 from conftest import TEST_DATA, TPU_SAMPLE
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import xprosql
 from xprosql.cli import main
@@ -123,3 +126,22 @@ def test_secret_keys() -> None:
 def test_pip_freezes_and_redacted_values_are_left_alone() -> None:
     text = 'pkgs: google-auth==2.40.3 asttokens==3.0.0 tiktoken==0.9.0 {"HF_TOKEN": "<redacted>"}'
     assert Redactor().text(text) == (text, 0)
+
+
+_KEYS = [*KEYED, *KEPT, "X_AUTH", "db.password", "apiKey", "accessToken", "aPiKeY", "PrivateKey", "Passwd", "credentials",
+         "monkey"]
+_FRAGMENTS = [*CREDENTIALS.values(), *KEYED.values(), *(f'"{k}": "v1"' for k in _KEYS), *(f"{k}=v2" for k in _KEYS),
+              '"', ":", "=", " ", "_", "-", ".", "\n", "{", "}", ",", "abc", "Z9", "sk-", "eyJ"]
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.one_of(st.none(), st.lists(st.sampled_from(_FRAGMENTS), max_size=8).map("".join), st.text(max_size=12)),
+                max_size=12))
+def test_the_prefilter_changes_no_result(values: list[str | None]) -> None:
+    """Only the values holding a rule's literal are searched by the rules: the same values and counts as all searched."""
+    column = pa.array(values, pa.string())
+    replaced, counts = Redactor._strings(column)
+    expected, expected_counts = Redactor._replaced(column)
+    assert replaced.to_pylist() == expected.to_pylist()
+    as_list = [0] * len(values) if counts is None else counts.to_pylist()
+    assert as_list == ([0] * len(values) if expected_counts is None else expected_counts.to_pylist())

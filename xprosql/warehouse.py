@@ -79,6 +79,7 @@ from __future__ import annotations
 import bisect
 import datetime as dt
 import fcntl
+import itertools
 import json
 import os
 import random
@@ -1282,8 +1283,8 @@ class Warehouse:
         ``lists`` (a compaction's stored profiles and profiles without a table) are recorded in this commit;
         otherwise it points at the commit that recorded them last."""
         versions = dict(head.versions)
-        for table, actions in tables.items():
-            versions[table] = self._append(table, actions, head, operation)
+        with ThreadPoolExecutor(_LOAD_THREADS) as pool:  # a table's commit is file reads and writes in delta-rs, outside the GIL
+            versions.update(zip(tables, pool.map(lambda t: self._append(t, tables[t], head, operation), tables)))
         delta = self._open("profiles")
         info: dict[str, Any] = {"versions": versions, "lists_at": head.lists_at}
         if lists is not None:
@@ -1529,8 +1530,14 @@ class Warehouse:
             if self._fs() is not None:  # DuckDB reads object storage through fsspec, each file whole
                 con.register_filesystem(data_filesystem(self.location, self.storage_options, keep=False))
             con.execute(f"SET temp_directory = {_sql_str(str(scratch / 'duckdb_tmp'))}")
-            query = (f"SELECT * EXCLUDE (file_row_number) FROM read_parquet({_sql_list(paths)}, hive_partitioning = false, "
-                     f"union_by_name = true, file_row_number = true) ORDER BY {PARTITION_COLUMN}, file_row_number")
+            scan = f"read_parquet({_sql_list(paths)}, hive_partitioning = false, union_by_name = true"
+            if all(a.last is not None and b.first is not None and a.last < b.first for a, b in itertools.pairwise(group)):
+                # Files of disjoint profile ranges, in order: read in that order (DuckDB keeps a scan's order), they
+                # are sorted already; sorting 100 M rows again was a third of packing them.
+                query = f"SELECT * FROM {scan})"
+            else:
+                query = (f"SELECT * EXCLUDE (file_row_number) FROM {scan}, file_row_number = true) "
+                         f"ORDER BY {PARTITION_COLUMN}, file_row_number")
             reader = con.sql(query).to_arrow_reader(ROW_GROUP_ROWS)
             with pq.ParquetWriter(target, schema, compression="zstd", **_writer_options(table)) as writer:
                 pending: list[pa.RecordBatch] = []

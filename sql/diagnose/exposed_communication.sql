@@ -78,6 +78,14 @@ found_steps AS (
 async_ops AS (
 -- @include async.async_ops
 ),
+-- The collective ops by name, each distinct name classified once: as a filter on the events, the classification's
+-- regular expressions ran on every event of the profiles (0.9 of 1.1 s over 100 profiles).
+collective_names AS MATERIALIZED (
+    SELECT op, category
+    FROM (SELECT DISTINCT coalesce(hlo_op, name) AS op, category FROM events
+          WHERE profile_id IN (SELECT profile_id FROM found_steps))
+    WHERE xprosql_collective(op, category) IS NOT NULL AND NOT regexp_matches(op, '-(start|done)(\.[0-9]+)?$')
+),
 -- Each collective's exposed time in the complete steps, by name.
 collective_time AS (
     -- async collectives: the part of their window nothing else covers
@@ -93,11 +101,10 @@ collective_time AS (
     FROM events AS e
     JOIN found_steps AS s
       ON s.profile_id = e.profile_id AND s.device_id = e.device_id AND e.start_ps >= s.start_ps AND e.start_ps < s.end_ps
+    JOIN collective_names AS c ON c.op IS NOT DISTINCT FROM coalesce(e.hlo_op, e.name) AND c.category IS NOT DISTINCT FROM e.category
     LEFT JOIN tracks AS t ON t.profile_id = e.profile_id AND t.device_id = e.device_id AND t.track_id = e.track_id
     WHERE s.device_kind IN ('tpu', 'host')
       AND (s.device_kind = 'host' OR t.name = 'XLA Ops')
-      AND xprosql_collective(coalesce(e.hlo_op, e.name), e.category) IS NOT NULL
-      AND NOT regexp_matches(coalesce(e.hlo_op, e.name), '-(start|done)(\.[0-9]+)?$')
       AND e.name NOT IN ('record_param_comms')
 ),
 by_name AS (

@@ -40,32 +40,24 @@ _points AS (
     UNION ALL
     SELECT profile_id, track_id, event_id, ord, start_ps + dur_ps, 1 FROM _ordered
 ),
+-- The ends before a start are its position among all points less the starts up to it (ord: starts keep their
+-- order among the points, and the order is total), so its depth is ord - 1 - (position - ord): a row number, where a
+-- running sum of the ends was a window aggregate three times as slow.
 _depths AS MATERIALIZED (
     SELECT
         profile_id, track_id, event_id, ord,
-        ord - 1 - sum(is_end) OVER (
-            PARTITION BY profile_id, track_id ORDER BY at_ps, ord, is_end ROWS UNBOUNDED PRECEDING
-        ) AS depth,
+        2 * ord - 1 - row_number() OVER (PARTITION BY profile_id, track_id ORDER BY at_ps, ord, is_end) AS depth,
         is_end
     FROM _points
     QUALIFY is_end = 0
 ),
--- Each event at depth d marks level d; each event below looks up the latest mark at its depth - 1.
-_levels AS (
-    SELECT profile_id, track_id, depth AS level, ord, event_id AS mark_id, NULL::BIGINT AS child_id, depth
-    FROM _depths
-    UNION ALL
-    SELECT profile_id, track_id, depth - 1, ord, NULL, event_id, depth FROM _depths WHERE depth > 0
+-- Each event at depth d marks level d; each event below is nested in the latest mark at its depth - 1 before it.
+_marks AS (
+    SELECT profile_id, track_id, depth AS level, ord, event_id AS mark_id FROM _depths
 )
 SELECT profile_id, track_id, event_id, depth, NULL::BIGINT AS parent_id FROM _depths WHERE depth = 0
 UNION ALL
-SELECT profile_id, track_id, child_id AS event_id, depth, parent_id
-FROM (
-    SELECT
-        profile_id, track_id, child_id, depth,
-        last_value(mark_id IGNORE NULLS) OVER (
-            PARTITION BY profile_id, track_id, level ORDER BY ord, child_id NULLS FIRST ROWS UNBOUNDED PRECEDING
-        ) AS parent_id
-    FROM _levels
-)
-WHERE child_id IS NOT NULL
+SELECT c.profile_id, c.track_id, c.event_id, c.depth, m.mark_id AS parent_id
+FROM (SELECT profile_id, track_id, event_id, ord, depth, depth - 1 AS level FROM _depths WHERE depth > 0) AS c
+ASOF LEFT JOIN _marks AS m
+  ON m.profile_id = c.profile_id AND m.track_id = c.track_id AND m.level = c.level AND c.ord >= m.ord

@@ -98,10 +98,12 @@ op_lines AS (
       )
 ),
 -- The XLA device of each op on a host plane (ops of accelerators have none).
-ordinals AS (
+-- Read for host op lines alone (profiles without accelerators; the others' op rows never use it), and materialized: a
+-- join with the events estimated it larger than the op events, and hashed a million of those for a few ordinals.
+ordinals AS MATERIALIZED (
     SELECT profile_id, event_id, coalesce(int_value, CAST(uint_value AS BIGINT)) AS xla_device
     FROM event_stats
-    WHERE stat = 'device_ordinal'
+    WHERE stat = 'device_ordinal' AND profile_id NOT IN (SELECT profile_id FROM accelerated)
 ),
 -- PyTorch (Kineto) GPU activities belong to the op that launched them (framework_op_kernels, stored
 -- at ingest before this): the op's costs come with its first activity.

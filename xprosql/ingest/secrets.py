@@ -54,6 +54,9 @@ _RULES = (
     (rf"(\b{_KEY}=)[^=\s\"',;&][^\s\"',;&]*", rf"\1{REDACTED}", rf"\b{_KEY}={REDACTED}"),
     ("|".join(f"(?:{c})" for c in _CREDENTIALS), REDACTED, None),
 )
+# What every rule's match holds (a secret word of _KEY, case aside, or a credential's prefix): the rules, whose regular
+# expressions cost a quarter of a millisecond a column to compile, search only the values that hold one.
+_MAY_HOLD = "(?i:token|secret|passw|credential|auth|key)|hf_|github_pat_|gh[pousr]_|AKIA|ASIA|sk-|xox[abposr]-|eyJ|-----BEGIN"
 _STAT_TABLES = ("event_stats", "device_stats", "metadata_stats")
 
 
@@ -112,6 +115,18 @@ class Redactor:
     @staticmethod
     def _strings(values: pa.Array) -> tuple[pa.Array, pa.Array | None]:
         """The values with secrets replaced, and the replacements in each (None: there were none)."""
+        candidates = pc.fill_null(pc.match_substring_regex(values, _MAY_HOLD), False)
+        if not pc.any(candidates).as_py():
+            return values, None
+        replaced, found = Redactor._replaced(values.filter(candidates))
+        if found is None:
+            return values, None
+        counts = pc.replace_with_mask(pa.repeat(pa.scalar(0, found.type), len(values)), candidates, found)
+        return pc.replace_with_mask(values, candidates, replaced), counts
+
+    @staticmethod
+    def _replaced(values: pa.Array) -> tuple[pa.Array, pa.Array | None]:
+        """``_strings`` by the rules themselves."""
         counts = None
         for pattern, replacement, done in _RULES:
             found = pc.count_substring_regex(values, pattern)

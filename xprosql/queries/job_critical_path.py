@@ -279,9 +279,10 @@ def _what_if_estimate(engine: Engine, listed: Any, min_matched: int | None, *,
     return estimate, {(row[0], row[1]): row[2] for row in steps.select("job_id", "step", "worst_rank").iter_rows()}
 
 
-def _replayed_savings(graph: pa.Table, chosen: Mapping[tuple[str, int | None], int]) -> dict[tuple[str, int | None], int]:
-    """The replayed saving of each chosen step of ``graph``'s jobs when its worst rank runs like the median."""
-    rows, _ = _replay(graph, _Plan(like_median=chosen), want_segments=False)
+def _replayed_savings(frame: Any, chosen: Mapping[tuple[str, int | None], int]) -> dict[tuple[str, int | None], int]:
+    """The replayed saving of each chosen step of ``frame``'s jobs (a :func:`_job_graphs` batch) when its worst rank
+    runs like the median."""
+    rows, _ = _replay(frame, _Plan(like_median=chosen), want_segments=False)
     return {(row["job_id"], row["step"]): int(row["saving_ps"]) for row in rows.select(["job_id", "step", "saving_ps"]).to_pylist()
             if (row["job_id"], row["step"]) in chosen}
 
@@ -312,10 +313,11 @@ def _what_if_rows(estimate: Any, replayed: Mapping[tuple[str, int | None], int])
     return pa.Table.from_pylist(out, schema=_WHAT_IF_SCHEMA)
 
 
-def _job_graphs(engine: Engine, listed: Any, *, include_last_step: bool | None = None) -> Iterator[pa.Table]:
+def _job_graphs(engine: Engine, listed: Any, *, include_last_step: bool | None = None) -> Iterator[Any]:
     """The job graphs of the jobs ``listed`` (jobs.jobs rows, a Polars frame), a batch of whole jobs at a time (about
     :data:`JOB_BATCH_EVENTS` events, a larger job alone), so a fleet's graphs never sit in memory at once. A job is its
-    members as jobs.jobs groups them: restricted to one job's profiles, the job is the same."""
+    members as jobs.jobs groups them: restricted to one job's profiles, the job is the same. Each batch comes in the
+    replay's order (:func:`_in_replay_order`), which every replay of it reads."""
     import polars as pl
 
     # critical_path.job_graph joins no captures of a job that holds a rank twice: its members' graphs are not built.
@@ -336,12 +338,12 @@ def _job_graphs(engine: Engine, listed: Any, *, include_last_step: bool | None =
     for members in one_run.filter(with_graph)["profile_ids"].to_list():
         size = sum(int(counts.get(p) or 0) for p in members)
         if batch and events + size > JOB_BATCH_EVENTS:
-            yield job_critical_path_graph(engine, profiles=batch, include_last_step=include_last_step).arrow()
+            yield _in_replay_order(job_critical_path_graph(engine, profiles=batch, include_last_step=include_last_step).arrow())
             batch, events = [], 0
         batch += members
         events += size
     if batch:
-        yield job_critical_path_graph(engine, profiles=batch, include_last_step=include_last_step).arrow()
+        yield _in_replay_order(job_critical_path_graph(engine, profiles=batch, include_last_step=include_last_step).arrow())
 
 
 def _say_without_graph(jobs: Any, listed: Any, why: str) -> None:
@@ -355,8 +357,19 @@ def _say_without_graph(jobs: Any, listed: Any, why: str) -> None:
 # -- replay ---------------------------------------------------------------------------------------------
 
 
-def _replay(graph: pa.Table, plan: _Plan, *, want_segments: bool) -> tuple[pa.Table, pa.Table]:
-    """Paths and replays of every job of ``graph`` (critical_path.job_graph rows), step by step.
+def _in_replay_order(graph: pa.Table) -> Any:
+    """critical_path.job_graph rows as a Polars frame in a total order: of paths of equal length the replay takes the
+    first, so the same graph gives the same path. Sorted once for every replay of it (0.5 s a million edges)."""
+    import polars as pl
+
+    frame = pl.from_arrow(graph)
+    assert isinstance(frame, pl.DataFrame)
+    return frame.sort(["job_id", "member_index", "window_start_ps", "src_ts_ps", "src_key", "dst_key", "edge_kind",
+                       "weight_ps", "event_id"], nulls_last=True)
+
+
+def _replay(frame: Any, plan: _Plan, *, want_segments: bool) -> tuple[pa.Table, pa.Table]:
+    """Paths and replays of every job of ``frame`` (critical_path.job_graph rows, :func:`_in_replay_order`), step by step.
 
     A job's graph is replayed whole (a change in one step moves the later ones with it); step N's time is from the
     latest end of step N - 1's windows to the latest end of its own, and its path the longest path to that end,
@@ -364,11 +377,6 @@ def _replay(graph: pa.Table, plan: _Plan, *, want_segments: bool) -> tuple[pa.Ta
     """
     import polars as pl
 
-    frame = pl.from_arrow(graph)
-    assert isinstance(frame, pl.DataFrame)
-    # A total order: of paths of equal length the replay takes the first, so the same graph gives the same path.
-    frame = frame.sort(["job_id", "member_index", "window_start_ps", "src_ts_ps", "src_key", "dst_key", "edge_kind",
-                        "weight_ps", "event_id"], nulls_last=True)
     base = frame["weight_ps"].fill_null(0).clip(lower_bound=0).to_numpy().astype(np.float64)
     factor = np.ones(frame.height)
     kind = frame["edge_kind"].to_numpy().astype(object)
