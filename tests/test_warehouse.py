@@ -23,6 +23,7 @@ from deltalake import DeltaTable
 from test_batch import SMALL_KINETO, table_digest
 
 import xprosql
+from xprosql.engine.connection import tables_named
 from xprosql.errors import WarehouseError
 from xprosql.ingest import profile_id_of
 from xprosql.models import TABLES
@@ -289,6 +290,18 @@ def test_run_api(xspace_warehouse: Path) -> None:
     assert "profile_id" in lazy.collect_schema().names()
     only_tpu = xprosql.load(xspace_warehouse, profiles=[profile_id_of(TPU_SAMPLE.read_bytes())])
     assert only_tpu.sql("SELECT count(*) FROM events").rows() == [(26723,)]
+
+
+def test_an_engine_makes_the_views_its_queries_name_and_answers_alike(xspace_warehouse: Path) -> None:
+    assert tables_named("SELECT * FROM Events JOIN decoded_events USING (x) -- op_stats") == ["events", "op_stats"]
+    fresh = xprosql.load(xspace_warehouse)
+    narrowed = fresh.roofline().arrow()  # the first query: a connection with the views the roofline names
+    views = {r[0] for r in fresh.connection.execute("SELECT view_name FROM duckdb_views() WHERE NOT internal").fetchall()}
+    assert set(TABLES) <= views  # the public connection: every table
+    assert fresh.sql("SELECT count(*) FROM events").rows() == [(fresh.profiles["n_events"].sum(),)]
+    opened = xprosql.load(xspace_warehouse)
+    opened.connection  # noqa: B018 (every view made first)
+    assert opened.roofline().arrow().equals(narrowed)
 
 
 def test_empty_warehouse_has_every_table(tmp_path: Path) -> None:

@@ -13,7 +13,8 @@ Example:
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+import re
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 import duckdb
@@ -24,7 +25,7 @@ from xprosql.engine.functions import register_functions
 from xprosql.models.tables import PARTITION_COLUMN, TABLES
 from xprosql.warehouse import Snapshot, unsigned_sql
 
-__all__ = ["connect_views", "query", "run_on_share", "snapshot_connection"]
+__all__ = ["add_views", "connect_views", "empty_relation", "query", "run_on_share", "snapshot_connection", "tables_named"]
 
 
 def connect_views(
@@ -33,6 +34,7 @@ def connect_views(
     arrow: Mapping[str, pa.Table] | None = None,
     config: Mapping[str, Any] | None = None,
     filesystem: Any = None,
+    reading: str | None = None,
 ) -> duckdb.DuckDBPyConnection:
     """A connection with a view for every table of :data:`~xprosql.models.tables.TABLES`.
 
@@ -41,29 +43,46 @@ def connect_views(
     names, for the sources to read. Columns a source lacks read as NULL; unsigned columns, which data files
     store as int64 of the same bits (Delta has no unsigned type), read as UBIGINT. ``filesystem``: the fsspec file
     system the sources' object-storage files are read through (:meth:`~xprosql.warehouse.Snapshot.filesystem`).
+    ``reading``: the one SQL text the connection is for; only the tables it names get a view (each costs a
+    millisecond or two to make, and a one-query command reads a few of them).
     """
     con = connect(config=dict(config or {}))
     if filesystem is not None:
         con.register_filesystem(filesystem)
     for name, table in (arrow or {}).items():
         con.register(name, table)
-    for table, schema in TABLES.items():
-        # An empty relation with the table's columns: the whole view when there is no file, and what
-        # fills the columns that files written by an older xprosql lack.
-        con.execute(f"CREATE VIEW _columns_{table} AS {_empty_relation(schema)}")
-        scan = sources.get(table)
-        body = f"SELECT * FROM _columns_{table}" if scan is None else (
-            f"SELECT *{unsigned_sql(table)} FROM (SELECT * FROM ({scan}) UNION ALL BY NAME SELECT * FROM _columns_{table})")
-        con.execute(f"CREATE VIEW {table} AS {body}")
+    add_views(con, sources, TABLES if reading is None else tables_named(reading))
     register_functions(con)
     return con
 
 
-def _empty_relation(schema: pa.Schema) -> str:
-    """A SELECT of no rows with ``schema``'s columns (and the partition column) in SQL: registering an Arrow table
+def add_views(con: duckdb.DuckDBPyConnection, sources: Mapping[str, str | None], tables: Iterable[str]) -> None:
+    """Views of ``tables`` on ``con``, as :func:`connect_views` makes them."""
+    for table in tables:
+        # The empty relation of the table's columns: the whole view when there is no file, and what fills the
+        # columns that files written by an older xprosql lack.
+        empty = empty_relation(table)
+        scan = sources.get(table)
+        body = empty if scan is None else (
+            f"SELECT *{unsigned_sql(table)} FROM (SELECT * FROM ({scan}) UNION ALL BY NAME {empty})")
+        con.execute(f"CREATE VIEW {table} AS {body}")
+
+
+_TABLE_NAME = re.compile(r"\b(" + "|".join(TABLES) + r")\b", re.IGNORECASE)
+
+
+def tables_named(sql: str) -> list[str]:
+    """The tables of :data:`~xprosql.models.tables.TABLES` whose names appear in ``sql`` as words (in any case, as
+    DuckDB's names go), in TABLES' order."""
+    named = {name.lower() for name in _TABLE_NAME.findall(sql)}
+    return [table for table in TABLES if table in named]
+
+
+def empty_relation(table: str) -> str:
+    """A SELECT of no rows with ``table``'s columns (and the partition column) in SQL: registering an Arrow table
     instead makes DuckDB import pandas (0.1-0.2 s of a command's start) to check what kind of object it is."""
     columns = [f"NULL::VARCHAR AS {PARTITION_COLUMN}",
-               *(f'NULL::{_sql_type(field.type)} AS "{field.name}"' for field in schema)]
+               *(f'NULL::{_sql_type(field.type)} AS "{field.name}"' for field in TABLES[table])]
     return f"SELECT {', '.join(columns)} WHERE false"
 
 
@@ -99,14 +118,17 @@ def query(con: duckdb.DuckDBPyConnection, sql: str,
     return con.sql(sql, params=dict(params) if isinstance(params, Mapping) else list(params))
 
 
-def snapshot_connection(snapshot: Snapshot, *, arrow: Mapping[str, pa.Table] | None = None) -> duckdb.DuckDBPyConnection:
-    """Views over the files of ``snapshot`` (``arrow``: in-memory tables beside them, as in :func:`connect_views`)."""
-    return connect_views({table: snapshot.scan_sql(table) for table in TABLES}, arrow=arrow, filesystem=snapshot.filesystem())
+def snapshot_connection(snapshot: Snapshot, *, arrow: Mapping[str, pa.Table] | None = None,
+                        reading: str | None = None) -> duckdb.DuckDBPyConnection:
+    """Views over the files of ``snapshot`` (``arrow``, ``reading``: as in :func:`connect_views`)."""
+    tables = TABLES if reading is None else tables_named(reading)
+    return connect_views({table: snapshot.scan_sql(table) for table in tables}, arrow=arrow,
+                         filesystem=snapshot.filesystem(), reading=reading)
 
 
 def run_on_share(share: Snapshot, sql: str, params: Mapping[str, Any] | None) -> pa.Table:
     """Run ``sql`` over one share of a snapshot (in a Dask task, or here) and return its rows."""
-    con = snapshot_connection(share)
+    con = snapshot_connection(share, reading=sql)
     try:
         return query(con, sql, params).to_arrow_table()
     finally:

@@ -32,11 +32,11 @@ import duckdb
 import pyarrow as pa
 
 from xprosql._duckdb import connect
-from xprosql.engine.connection import connect_views, query, run_on_share, snapshot_connection
+from xprosql.engine.connection import add_views, connect_views, query, run_on_share, snapshot_connection, tables_named
 from xprosql.engine.library import Library, library, used_parameters
 from xprosql.engine.result import Result, first_line
 from xprosql.errors import ParameterError, QueryError
-from xprosql.models.tables import PACK_DERIVED_TABLES
+from xprosql.models.tables import PACK_DERIVED_TABLES, TABLES
 from xprosql.warehouse import PACK_TARGET_ROWS, Snapshot
 
 __all__ = [
@@ -207,6 +207,7 @@ class Engine:
         self.backend: Backend = backend or LocalBackend()
         self.library = sql_library or library()
         self._connection: duckdb.DuckDBPyConnection | None = None
+        self._views: set[str] = set()  # the tables with a view on the connection
         self._calls = 0  # fleet queries run on the engine's connection: their rows' names are unique per call
 
     @property
@@ -216,14 +217,25 @@ class Engine:
     @property
     def connection(self) -> duckdb.DuckDBPyConnection:
         """The connection holding a view per table over the whole snapshot (opened on first use)."""
+        return self._connection_for(None)
+
+    def _connection_for(self, sql: str | None) -> duckdb.DuckDBPyConnection:
+        """The engine's connection with a view of each table ``sql`` names (None: of every table). Views are made as
+        queries need them: each costs a millisecond or two, and a command's one query reads a few tables of 27."""
+        tables = TABLES if sql is None else tables_named(sql)
         if self._connection is None:
-            self._connection = snapshot_connection(self.snapshot)
+            self._connection = snapshot_connection(self.snapshot, reading=sql)
+            self._views = set(tables)
+        elif missing := [t for t in tables if t not in self._views]:
+            add_views(self._connection, {t: self.snapshot.scan_sql(t) for t in missing}, missing)
+            self._views.update(missing)
         return self._connection
 
     def close(self) -> None:
         if self._connection is not None:
             self._connection.close()
             self._connection = None
+            self._views = set()
 
     def sql(self, sql: str, params: Mapping[str, Any] | Sequence[Any] | None = None) -> Result:
         """DuckDB SQL over every table of the snapshot; ``params`` binds ``$name`` or ``?`` placeholders."""
@@ -287,9 +299,8 @@ class Engine:
 
     def source_names(self, profile_ids: Sequence[str]) -> dict[str, str]:
         """Profile id -> the file it was ingested from (its name), to name profiles to a user."""
-        rows = self.connection.execute(
-            "SELECT profile_id, regexp_extract(source_path, '[^/]*$') FROM profiles WHERE list_contains($p, profile_id)",
-            {"p": list(profile_ids)}).fetchall()
+        sql = "SELECT profile_id, regexp_extract(source_path, '[^/]*$') FROM profiles WHERE list_contains($p, profile_id)"
+        rows = self._connection_for(sql).execute(sql, {"p": list(profile_ids)}).fetchall()
         return {profile_id: name or profile_id for profile_id, name in rows}
 
     # -- plans ------------------------------------------------------------------------------------
@@ -331,21 +342,20 @@ class Engine:
         shares = self.backend.shares(snapshot, sql, events)
         if len(shares) == 1 and isinstance(self.backend, LocalBackend):
             if shares[0] is self.snapshot:
-                return Result(query(self.connection, sql, params), description=module_id)
-            con = snapshot_connection(shares[0])
+                return Result(query(self._connection_for(sql), sql, params), description=module_id)
+            con = snapshot_connection(shares[0], reading=sql)
             return Result(query(con, sql, params), connection=con, description=module_id)
         parts = self.backend.run(shares, sql, params)
         return Result.from_arrow(combine(parts, sql, params), description=module_id)
 
     def _events(self, snapshot: Snapshot) -> int:
-        rows = self.connection.execute(
-            "SELECT coalesce(sum(n_events), 0) FROM profiles WHERE list_contains($p, profile_id)",
-            {"p": list(snapshot.profile_ids)}).fetchall()
+        sql = "SELECT coalesce(sum(n_events), 0) FROM profiles WHERE list_contains($p, profile_id)"
+        rows = self._connection_for(sql).execute(sql, {"p": list(snapshot.profile_ids)}).fetchall()
         return int(rows[0][0])
 
     def _rows(self, table: pa.Table, module_id: str) -> Result:
         """Rows computed here as a Result on the engine's connection (a new connection costs more than small rows)."""
-        return Result(self.connection.from_arrow(table), description=module_id)
+        return Result(self._connection_for("").from_arrow(table), description=module_id)
 
     def _union(self, module_id: str, snapshot: Snapshot) -> Result:
         """A union module: the profiles that stored its rows read them. For the others each part runs on its own;
@@ -398,17 +408,18 @@ class Engine:
             self._calls += 1
             names = {include: f"{_alias(include)}_{self._calls}" for include in module.includes}
             text = self.library.text(module_id, frozenset(names.items()))
+            con = self._connection_for(text)
             for include, name in names.items():
-                self.connection.register(name, arrow[_alias(include)])
+                con.register(name, arrow[_alias(include)])
             try:
-                rows = query(self.connection, text, used_parameters(text, bound)).to_arrow_table()
+                rows = query(con, text, used_parameters(text, bound)).to_arrow_table()
             finally:
                 for name in names.values():
-                    self.connection.unregister(name)
+                    con.unregister(name)
             return self._rows(rows, module_id)
         # Each include reads the rows computed above, as a stored table would be read.
         text = self.library.text(module_id, frozenset((include, _alias(include)) for include in module.includes))
-        con = snapshot_connection(snapshot, arrow=arrow)
+        con = snapshot_connection(snapshot, arrow=arrow, reading=text)
         return Result(query(con, text, used_parameters(text, bound)), connection=con, description=module_id)
 
 

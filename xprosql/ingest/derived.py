@@ -18,7 +18,7 @@ import duckdb
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from xprosql.engine.connection import connect_views, query
+from xprosql.engine.connection import connect_views, empty_relation, query
 from xprosql.engine.library import library, used_parameters
 from xprosql.models.tables import INGEST_DERIVED_TABLES, TABLES
 from xprosql.warehouse import StagedProfile
@@ -139,7 +139,7 @@ class Deriver:
         for table in tables:
             con.unregister(f"decoded_{table}")
         for name in INGEST_DERIVED_TABLES:
-            con.execute(f"CREATE OR REPLACE VIEW {name} AS SELECT * FROM _columns_{name}")
+            con.execute(f"CREATE OR REPLACE VIEW {name} AS {empty_relation(name)}")
             con.unregister(f"derived_{name}")
         for table in _SHARED.values():
             con.execute(f"DROP TABLE IF EXISTS {table}")

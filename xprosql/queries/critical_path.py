@@ -104,7 +104,7 @@ def _graphs(engine: Engine, profiles: Profiles, **options: Any) -> Iterator[pa.T
     shares = snapshot.shares(max(1, -(-events // SHARE_EVENTS))) if snapshot.profile_ids else [snapshot]
     schema = None
     for share in shares:
-        con = snapshot_connection(share)
+        con = snapshot_connection(share, reading=text + tpu_text)
         try:
             tables = [query(con, text, used_parameters(text, bound)).to_arrow_table()]
             if tpus & set(share.profile_ids):
