@@ -13,8 +13,11 @@ import statistics
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import polars as pl
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from conftest import TEST_DATA
 from critical_path_profiles import (
     SLEEP_OP,
@@ -26,7 +29,15 @@ from critical_path_profiles import (
 )
 
 import xprosql
-from xprosql.queries.critical_path import BOUND_BY, critical_path, critical_path_edges, critical_path_graph
+from xprosql.errors import AnalysisError
+from xprosql.queries.critical_path import (
+    BOUND_BY,
+    _topological,
+    _topological_compiled,
+    critical_path,
+    critical_path_edges,
+    critical_path_graph,
+)
 
 # Slow (tests/conftest.py): every rule or analysis over every real sample; `--runslow` runs them (CI does).
 pytestmark = pytest.mark.slow
@@ -226,3 +237,38 @@ def test_xspace_gpu_graph_holds_the_kernels_cupti_launched_in_the_step(xspace_ru
     assert graph.height == len(launched & gpu_ops) > 0
     assert row["gpu_compute_bound_ps"] > 0 and row["cpu_bound_ps"] > 0
     assert any(m.startswith("XSpace: launches are the host events CUPTI correlates") for m in row["missing_edges"])
+
+
+def _kahn_by_position(n: int, s: list[int], d: list[int], position: list[int]) -> list[int]:
+    """Kahn's algorithm as its definition reads: each time, of every ready node, the one of the lowest position."""
+    indegree = [d.count(v) for v in range(n)]
+    done: list[int] = []
+    while ready := [v for v in range(n) if indegree[v] == 0 and v not in done]:
+        v = min(ready, key=position.__getitem__)
+        done.append(v)
+        for src, dst in zip(s, d, strict=True):
+            if src == v:
+                indegree[dst] -= 1
+    return done
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.data())
+def test_both_topological_walks_take_the_ready_node_of_the_lowest_position(data: st.DataObject) -> None:
+    # Graphs mostly forward in position (as a time-ordered trace's), with edges against it and cycles.
+    n = data.draw(st.integers(1, 25))
+    position = data.draw(st.permutations(range(n)))
+    edges = data.draw(st.lists(st.tuples(st.integers(0, n - 1), st.integers(0, n - 1)), max_size=60))
+    forward = data.draw(st.booleans())
+    if forward:
+        edges = [(a, b) if position[a] < position[b] else (b, a) for a, b in edges if a != b]
+        edges += data.draw(st.lists(st.tuples(st.integers(0, n - 1), st.integers(0, n - 1)), max_size=3))
+    s, d = [a for a, _ in edges], [b for _, b in edges]
+    expected = _kahn_by_position(n, s, d, position)
+    arrays = (n, np.array(s, dtype=np.int64), np.array(d, dtype=np.int64), np.array(position, dtype=np.int64))
+    for walk in (_topological, _topological_compiled):
+        if len(expected) < n:
+            with pytest.raises(AnalysisError, match="cycle"):
+                walk(*arrays)
+        else:
+            assert walk(*arrays).tolist() == expected

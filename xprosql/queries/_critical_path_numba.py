@@ -6,8 +6,6 @@ and cached (``cache=True``), so a process after the first loads the machine code
 
 from __future__ import annotations
 
-import heapq
-
 import numpy as np
 from numba import njit
 
@@ -40,7 +38,10 @@ def relax(visit: np.ndarray, starts: np.ndarray, in_edges: np.ndarray, src: np.n
 
 @njit(cache=True)
 def topological(n: int, s: np.ndarray, d: np.ndarray, position: np.ndarray) -> np.ndarray:  # pragma: no cover
-    """A topological order taking ready nodes by ``position`` (Kahn's algorithm); shorter than ``n`` on a cycle."""
+    """A topological order taking ready nodes by ``position`` (Kahn's algorithm); shorter than ``n`` on a cycle.
+
+    Most nodes become ready in position order: a scan takes those, and a heap holds only the nodes readied behind it.
+    """
     indegree = np.zeros(n, dtype=np.int64)
     for k in range(d.shape[0]):
         indegree[d[k]] += 1
@@ -50,22 +51,46 @@ def topological(n: int, s: np.ndarray, d: np.ndarray, position: np.ndarray) -> n
     node_at = np.empty(n, dtype=np.int64)
     for v in range(n):
         node_at[position[v]] = v
-    ready = [np.int64(x) for x in range(0)]
-    for v in range(n):
-        if indegree[v] == 0:
-            ready.append(position[v])
-    heapq.heapify(ready)
+    late = np.empty(n, dtype=np.int64)  # a binary min-heap of positions below the scan's
+    size = 0
+    scan = 0  # every node at a lower position was ready when the scan passed it, or is in or through the heap
     order = np.empty(n, dtype=np.int64)
     count = 0
-    while len(ready) > 0:
-        v = node_at[heapq.heappop(ready)]
+    while True:
+        while scan < n and indegree[node_at[scan]] != 0:
+            scan += 1
+        if size > 0 and (scan >= n or late[0] < scan):
+            taken = late[0]
+            size -= 1
+            last = late[size]
+            i = 0
+            while 2 * i + 1 < size:
+                child = 2 * i + 1
+                if child + 1 < size and late[child + 1] < late[child]:
+                    child += 1
+                if late[child] >= last:
+                    break
+                late[i] = late[child]
+                i = child
+            late[i] = last
+        elif scan < n:
+            taken = scan
+            scan += 1
+        else:
+            break
+        v = node_at[taken]
         order[count] = v
         count += 1
         for k in range(starts[v], starts[v + 1]):
             t = targets[k]
             indegree[t] -= 1
-            if indegree[t] == 0:
-                heapq.heappush(ready, position[t])
+            if indegree[t] == 0 and position[t] < scan:
+                i = size
+                size += 1
+                while i > 0 and late[(i - 1) >> 1] > position[t]:
+                    late[i] = late[(i - 1) >> 1]
+                    i = (i - 1) >> 1
+                late[i] = position[t]
     return order[:count]
 
 

@@ -345,23 +345,35 @@ def _topological_compiled(n: int, s: np.ndarray, d: np.ndarray, position: np.nda
 
 
 def _topological(n: int, s: np.ndarray, d: np.ndarray, position: np.ndarray) -> np.ndarray:
-    """A topological order of the DAG, taking ready nodes in time order (Kahn's algorithm); a cycle raises."""
+    """A topological order of the DAG, taking ready nodes in time order (Kahn's algorithm); a cycle raises. Most
+    nodes become ready in time order: a scan takes those, and a heap holds only the nodes readied behind it."""
     indegree = np.bincount(d, minlength=n).tolist()
     by_src = np.argsort(s, kind="stable")
     starts = np.searchsorted(s[by_src], np.arange(n + 1)).tolist()
     targets = d[by_src].tolist()
     pos = position.tolist()
-    ready = [(pos[v], v) for v in range(n) if indegree[v] == 0]
-    heapq.heapify(ready)
+    node_at = [0] * n
+    for v, p in enumerate(pos):
+        node_at[p] = v
+    late: list[int] = []  # positions below the scan's
+    scan = 0
     order: list[int] = []
-    while ready:
-        _, v = heapq.heappop(ready)
+    while True:
+        while scan < n and indegree[node_at[scan]]:
+            scan += 1
+        if late and (scan >= n or late[0] < scan):
+            v = node_at[heapq.heappop(late)]
+        elif scan < n:
+            v = node_at[scan]
+            scan += 1
+        else:
+            break
         order.append(v)
         for k in range(starts[v], starts[v + 1]):
             t = targets[k]
             indegree[t] -= 1
-            if indegree[t] == 0:
-                heapq.heappush(ready, (pos[t], t))
+            if indegree[t] == 0 and pos[t] < scan:
+                heapq.heappush(late, pos[t])
     if len(order) < n:
         from xprosql.errors import AnalysisError
 

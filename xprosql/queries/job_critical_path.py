@@ -57,6 +57,11 @@ JOB_BOUND_BY = (*BOUND_BY, "cpu_untraced", "host_communication_bound", "start_sk
 _COMPUTE = ("cpu_bound", "cpu_untraced", "gpu_compute_bound", "gpu_kernel_kernel_overhead", "gpu_kernel_launch_overhead")
 _COMMUNICATION = ("gpu_communication_bound", "host_communication_bound")
 _JOB_EDGES = ("start_skew", "step_gap", "job_end", "collective_arrival", "collective_transfer")
+# Edge kinds as the replay's arrays hold them: a rank's own edge (or a removed collective's arrival, which now leads
+# straight to its end), a collective's arrival, its transfer, another of the job's edges.
+_OWN, _ARRIVAL, _TRANSFER, _OTHER_JOB_EDGE = 0, 1, 2, 3
+_KIND_CODES = {"collective_arrival": _ARRIVAL, "collective_transfer": _TRANSFER,
+               **{k: _OTHER_JOB_EDGE for k in _JOB_EDGES if not k.startswith("collective_")}}
 # Ranks that run like the median: these ranks in every step, the slowest rank of each step, or per (job_id, step).
 LikeMedian = int | Sequence[int] | Literal["slowest"] | Mapping[tuple[str, int | None], int]
 
@@ -379,8 +384,8 @@ def _replay(frame: Any, plan: _Plan, *, want_segments: bool) -> tuple[pa.Table, 
 
     base = frame["weight_ps"].fill_null(0).clip(lower_bound=0).to_numpy().astype(np.float64)
     factor = np.ones(frame.height)
-    kind = frame["edge_kind"].to_numpy().astype(object)
-    bound = frame["bound_by"].fill_null("").to_numpy().astype(object)
+    # Codes and masks rather than strings: numpy compares a million Python strings one by one.
+    kind = frame["edge_kind"].replace_strict(_KIND_CODES, default=_OWN, return_dtype=pl.Int8).to_numpy().copy()
     src_key = frame["src_key"].to_numpy()
     dst_key = frame["dst_key"].to_numpy()
     new_dst = dst_key.copy()
@@ -394,13 +399,13 @@ def _replay(frame: Any, plan: _Plan, *, want_segments: bool) -> tuple[pa.Table, 
         _remove_syncs(frame, plan.remove, keep, new_dst, kind)
         changed += [f"{k}: removed" for k in plan.remove]
     if plan.overlap_communication:
-        factor[np.isin(bound, _COMMUNICATION)] = 0.0
+        factor[frame["bound_by"].is_in(_COMMUNICATION).fill_null(False).to_numpy()] = 0.0
         changed.append("communication overlapped")
     weight = np.rint(base * factor).astype(np.int64)
     unchanged = np.rint(base).astype(np.int64)
     order = frame["edge_kind"].replace_strict(_EDGE_ORDER, default=3).to_numpy()
     src_ts, dst_ts = frame["src_ts_ps"].to_numpy(), frame["dst_ts_ps"].to_numpy()
-    is_compute = np.isin(bound, _COMPUTE) & ~np.isin(kind, _JOB_EDGES)
+    is_compute = frame["bound_by"].is_in(_COMPUTE).fill_null(False).to_numpy() & (kind == _OWN)
 
     # The walks of all these jobs, however small each, are the work: compiled loops when it adds up to a large graph.
     compiled = frame.height >= COMPILED_EDGES
@@ -509,7 +514,7 @@ def _remove_syncs(frame: Any, remove: Sequence[str | int], keep: np.ndarray, dst
                           on=["profile_id", "step_index", "event_id"])
     rows = pairs["_row"].to_numpy()
     dst_key[rows] = pairs["_end"].to_numpy()
-    kind[rows] = "collective_removed"
+    kind[rows] = _OWN
     keep[transfers["_row"].to_numpy()] = False
 
 
@@ -521,7 +526,7 @@ def _like_median(part: Any, rows: np.ndarray, w: np.ndarray, src_key: np.ndarray
 
     k = kind[rows]
     events = part["event_id"].to_numpy()
-    inside = ~np.isin(k, _JOB_EDGES)
+    inside = k == _OWN
     windows = (part.with_row_index("_i").group_by(["step", "member_index", "step_index"], maintain_order=True)
                .agg(pl.col("_i"), pl.col("rank").first()))
     own: dict[Any, list[tuple[int, int, np.ndarray]]] = {}  # step -> (length, rank, local rows)
@@ -529,9 +534,10 @@ def _like_median(part: Any, rows: np.ndarray, w: np.ndarray, src_key: np.ndarray
         local = np.asarray(local, dtype=np.int64)
         mine = local[inside[local]]
         # Its collectives take no time and wait for no one: each arrival leads straight to its end.
-        ends = {int(events[t]): int(dst_key[rows[t]]) for t in local if k[t] == "collective_transfer"}
-        extra = [(int(src_key[rows[a]]), ends[int(events[a])]) for a in local
-                 if k[a] == "collective_arrival" and int(events[a]) in ends]
+        transfers, arrivals = local[k[local] == _TRANSFER], local[k[local] == _ARRIVAL]
+        ends = dict(zip(events[transfers].tolist(), dst_key[rows[transfers]].tolist(), strict=True))
+        extra = [(src, ends[event]) for src, event in zip(src_key[rows[arrivals]].tolist(), events[arrivals].tolist(),
+                                                          strict=True) if event in ends]
         n = len(extra)
         g = rows[mine]
         _, length = longest_path(
