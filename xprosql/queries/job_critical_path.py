@@ -45,7 +45,7 @@ from xprosql.engine import Engine, Result
 from xprosql.errors import NotApplicableWarning
 from xprosql.models.tables import PARTITION_COLUMN, table_schema
 from xprosql.queries._params import Profiles, given
-from xprosql.queries.critical_path import _EDGE_ORDER, BOUND_BY, COMPILED_EDGES, _factors, longest_path, replay
+from xprosql.queries.critical_path import _EDGE_ORDER, BOUND_BY, COMPILED_EDGES, _factors, replay
 from xprosql.warehouse import JobRows, Snapshot
 
 __all__ = ["JOB_BATCH_EVENTS", "JOB_BOUND_BY", "LikeMedian", "derive_job_tables", "job_critical_path", "job_critical_path_graph",
@@ -540,13 +540,15 @@ def _like_median(part: Any, rows: np.ndarray, w: np.ndarray, src_key: np.ndarray
                                                           strict=True) if event in ends]
         n = len(extra)
         g = rows[mine]
-        _, length = longest_path(
+        # Its longest path's length (the path itself is not wanted): the greatest distance.
+        _, dist, *_ = replay(
             np.concatenate([src_key[g], np.asarray([x[0] for x in extra], dtype=np.int64)]),
             np.concatenate([dst_key[g], np.asarray([x[1] for x in extra], dtype=np.int64)]),
             np.concatenate([w[mine], np.zeros(n, dtype=np.int64)]),
             np.concatenate([src_ts[g], np.zeros(n, dtype=np.int64)]),
             np.concatenate([dst_ts[g], np.zeros(n, dtype=np.int64)]),
             np.concatenate([order[g], np.full(n, 3)]), compiled=compiled)
+        length = int(dist.max()) if len(dist) else 0
         own.setdefault(step, []).append((length, int(rank), local))
     notes = []
     for step, found in own.items():
