@@ -16,8 +16,6 @@ from typing import Any
 import numpy as np
 import polars as pl
 import pytest
-from hypothesis import given, settings
-from hypothesis import strategies as st
 from conftest import TEST_DATA
 from critical_path_profiles import (
     SLEEP_OP,
@@ -27,6 +25,8 @@ from critical_path_profiles import (
     hta_trace,
     make_sleep_job_profile,
 )
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import xprosql
 from xprosql.errors import AnalysisError
