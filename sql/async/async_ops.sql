@@ -240,7 +240,7 @@ tpu_rows AS (
             regexp_replace(regexp_replace(start_op, '(-start)?(\.[0-9]+)?$', ''), '-done$', '') AS base
         FROM tpu_shaped
     ) AS s
-    LEFT JOIN shape_bytes AS b ON b.operand_shapes IS NOT DISTINCT FROM s.operand_shapes
+    LEFT JOIN shape_bytes AS b ON b.operand_shapes = s.operand_shapes
 ),
 nccl_args AS (
     SELECT

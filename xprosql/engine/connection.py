@@ -34,7 +34,7 @@ def connect_views(
     arrow: Mapping[str, pa.Table] | None = None,
     config: Mapping[str, Any] | None = None,
     filesystem: Any = None,
-    reading: str | None = None,
+    tables: Iterable[str] | None = None,
 ) -> duckdb.DuckDBPyConnection:
     """A connection with a view for every table of :data:`~xprosql.models.tables.TABLES`.
 
@@ -43,15 +43,15 @@ def connect_views(
     names, for the sources to read. Columns a source lacks read as NULL; unsigned columns, which data files
     store as int64 of the same bits (Delta has no unsigned type), read as UBIGINT. ``filesystem``: the fsspec file
     system the sources' object-storage files are read through (:meth:`~xprosql.warehouse.Snapshot.filesystem`).
-    ``reading``: the one SQL text the connection is for; only the tables it names get a view (each costs a
-    millisecond or two to make, and a one-query command reads a few of them).
+    ``tables``: the tables to make views of (default: every one). A view costs a millisecond or two to make, and a
+    connection for one query reads a few tables (:func:`tables_named`).
     """
     con = connect(config=dict(config or {}))
     if filesystem is not None:
         con.register_filesystem(filesystem)
     for name, table in (arrow or {}).items():
         con.register(name, table)
-    add_views(con, sources, TABLES if reading is None else tables_named(reading))
+    add_views(con, sources, TABLES if tables is None else tables)
     register_functions(con)
     return con
 
@@ -119,16 +119,16 @@ def query(con: duckdb.DuckDBPyConnection, sql: str,
 
 
 def snapshot_connection(snapshot: Snapshot, *, arrow: Mapping[str, pa.Table] | None = None,
-                        reading: str | None = None) -> duckdb.DuckDBPyConnection:
-    """Views over the files of ``snapshot`` (``arrow``, ``reading``: as in :func:`connect_views`)."""
-    tables = TABLES if reading is None else tables_named(reading)
+                        tables: Iterable[str] | None = None) -> duckdb.DuckDBPyConnection:
+    """Views over the files of ``snapshot`` (``arrow``, ``tables``: as in :func:`connect_views`)."""
+    tables = list(TABLES if tables is None else tables)
     return connect_views({table: snapshot.scan_sql(table) for table in tables}, arrow=arrow,
-                         filesystem=snapshot.filesystem(), reading=reading)
+                         filesystem=snapshot.filesystem(), tables=tables)
 
 
 def run_on_share(share: Snapshot, sql: str, params: Mapping[str, Any] | None) -> pa.Table:
     """Run ``sql`` over one share of a snapshot (in a Dask task, or here) and return its rows."""
-    con = snapshot_connection(share, reading=sql)
+    con = snapshot_connection(share, tables=tables_named(sql))
     try:
         return query(con, sql, params).to_arrow_table()
     finally:

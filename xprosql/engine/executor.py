@@ -217,16 +217,14 @@ class Engine:
     @property
     def connection(self) -> duckdb.DuckDBPyConnection:
         """The connection holding a view per table over the whole snapshot (opened on first use)."""
-        return self._connection_for(None)
+        return self._connection_for(TABLES)
 
-    def _connection_for(self, sql: str | None) -> duckdb.DuckDBPyConnection:
-        """The engine's connection with a view of each table ``sql`` names (None: of every table). Views are made as
-        queries need them: each costs a millisecond or two, and a command's one query reads a few tables of 27."""
-        tables = TABLES if sql is None else tables_named(sql)
+    def _connection_for(self, tables: Iterable[str]) -> duckdb.DuckDBPyConnection:
+        """The engine's connection with a view of each of ``tables``. Views are made as queries need them: each costs
+        a millisecond or two, and a command's one query reads a few tables of 27 (:func:`tables_named`)."""
         if self._connection is None:
-            self._connection = snapshot_connection(self.snapshot, reading=sql)
-            self._views = set(tables)
-        elif missing := [t for t in tables if t not in self._views]:
+            self._connection = snapshot_connection(self.snapshot, tables=())
+        if missing := [t for t in tables if t not in self._views]:
             add_views(self._connection, {t: self.snapshot.scan_sql(t) for t in missing}, missing)
             self._views.update(missing)
         return self._connection
@@ -300,7 +298,7 @@ class Engine:
     def source_names(self, profile_ids: Sequence[str]) -> dict[str, str]:
         """Profile id -> the file it was ingested from (its name), to name profiles to a user."""
         sql = "SELECT profile_id, regexp_extract(source_path, '[^/]*$') FROM profiles WHERE list_contains($p, profile_id)"
-        rows = self._connection_for(sql).execute(sql, {"p": list(profile_ids)}).fetchall()
+        rows = self._connection_for(["profiles"]).execute(sql, {"p": list(profile_ids)}).fetchall()
         return {profile_id: name or profile_id for profile_id, name in rows}
 
     # -- plans ------------------------------------------------------------------------------------
@@ -342,20 +340,20 @@ class Engine:
         shares = self.backend.shares(snapshot, sql, events)
         if len(shares) == 1 and isinstance(self.backend, LocalBackend):
             if shares[0] is self.snapshot:
-                return Result(query(self._connection_for(sql), sql, params), description=module_id)
-            con = snapshot_connection(shares[0], reading=sql)
+                return Result(query(self._connection_for(tables_named(sql)), sql, params), description=module_id)
+            con = snapshot_connection(shares[0], tables=tables_named(sql))
             return Result(query(con, sql, params), connection=con, description=module_id)
         parts = self.backend.run(shares, sql, params)
         return Result.from_arrow(combine(parts, sql, params), description=module_id)
 
     def _events(self, snapshot: Snapshot) -> int:
         sql = "SELECT coalesce(sum(n_events), 0) FROM profiles WHERE list_contains($p, profile_id)"
-        rows = self._connection_for(sql).execute(sql, {"p": list(snapshot.profile_ids)}).fetchall()
+        rows = self._connection_for(["profiles"]).execute(sql, {"p": list(snapshot.profile_ids)}).fetchall()
         return int(rows[0][0])
 
     def _rows(self, table: pa.Table, module_id: str) -> Result:
         """Rows computed here as a Result on the engine's connection (a new connection costs more than small rows)."""
-        return Result(self._connection_for("").from_arrow(table), description=module_id)
+        return Result(self._connection_for(()).from_arrow(table), description=module_id)
 
     def _union(self, module_id: str, snapshot: Snapshot) -> Result:
         """A union module: the profiles that stored its rows read them. For the others each part runs on its own;
@@ -408,7 +406,7 @@ class Engine:
             self._calls += 1
             names = {include: f"{_alias(include)}_{self._calls}" for include in module.includes}
             text = self.library.text(module_id, frozenset(names.items()))
-            con = self._connection_for(text)
+            con = self._connection_for(tables_named(text))
             for include, name in names.items():
                 con.register(name, arrow[_alias(include)])
             try:
@@ -419,7 +417,7 @@ class Engine:
             return self._rows(rows, module_id)
         # Each include reads the rows computed above, as a stored table would be read.
         text = self.library.text(module_id, frozenset((include, _alias(include)) for include in module.includes))
-        con = snapshot_connection(snapshot, arrow=arrow, reading=text)
+        con = snapshot_connection(snapshot, arrow=arrow, tables=tables_named(text))
         return Result(query(con, text, used_parameters(text, bound)), connection=con, description=module_id)
 
 

@@ -42,7 +42,7 @@ import numpy as np
 import pyarrow as pa
 
 from xprosql.engine import Engine, Result
-from xprosql.engine.connection import query, snapshot_connection
+from xprosql.engine.connection import query, snapshot_connection, tables_named
 from xprosql.engine.executor import SHARE_EVENTS
 from xprosql.engine.library import used_parameters
 from xprosql.queries._params import Profiles, given
@@ -104,7 +104,7 @@ def _graphs(engine: Engine, profiles: Profiles, **options: Any) -> Iterator[pa.T
     shares = snapshot.shares(max(1, -(-events // SHARE_EVENTS))) if snapshot.profile_ids else [snapshot]
     schema = None
     for share in shares:
-        con = snapshot_connection(share, reading=text + tpu_text)
+        con = snapshot_connection(share, tables=tables_named(text + tpu_text))
         try:
             tables = [query(con, text, used_parameters(text, bound)).to_arrow_table()]
             if tpus & set(share.profile_ids):

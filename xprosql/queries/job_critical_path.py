@@ -384,7 +384,8 @@ def _replay(frame: Any, plan: _Plan, *, want_segments: bool) -> tuple[pa.Table, 
 
     base = frame["weight_ps"].fill_null(0).clip(lower_bound=0).to_numpy().astype(np.float64)
     factor = np.ones(frame.height)
-    # Codes and masks rather than strings: numpy compares a million Python strings one by one.
+    # Codes and masks rather than strings: numpy compares a million Python strings one by one. A copy: a removal
+    # rewrites it, and Polars hands out its own memory read-only.
     kind = frame["edge_kind"].replace_strict(_KIND_CODES, default=_OWN, return_dtype=pl.Int8).to_numpy().copy()
     src_key = frame["src_key"].to_numpy()
     dst_key = frame["dst_key"].to_numpy()
