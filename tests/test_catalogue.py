@@ -13,7 +13,7 @@ import pytest
 from conftest import cohort_parameters
 
 import xprosql
-from xprosql.engine.library import Library, Range, library, placeholders
+from xprosql.engine.library import Library, Range, library, placeholders, sql_dir
 
 ANALYSES = [m.id for m in library().public()]
 # Run over every sample, the rules and the newest areas take minutes: slow, as their own tests (CI runs them).
@@ -136,6 +136,14 @@ def test_a_module_missing_from_the_library_is_named() -> None:
     # What an installation missing its sql/ folder, or a misspelt internal id, meets first.
     with pytest.raises(xprosql.AnalysisError, match=r"no SQL module ops\.nosuch in .*sql"):
         library().text("ops.nosuch")
+
+
+def test_every_sql_file_is_ascii() -> None:
+    # DuckDB's Python layer maps a non-ASCII query's tokens back to characters one character at a time: one "·" in a
+    # comment of a 28 KB module cost each of its queries 3-5 ms more.
+    found = [f"{path.relative_to(sql_dir())}:{number}" for path in sorted(sql_dir().rglob("*.sql"))
+             for number, line in enumerate(path.read_text().splitlines(), 1) if not line.isascii()]
+    assert not found, f"non-ASCII characters at {found}"
 
 
 def test_cli_lists_and_describes_every_analysis() -> None:

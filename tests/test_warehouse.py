@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime as dt
+import json
 import multiprocessing
 import re
 import shutil
@@ -27,7 +28,7 @@ from xprosql.engine.connection import tables_named
 from xprosql.errors import WarehouseError
 from xprosql.ingest import profile_id_of
 from xprosql.models import TABLES
-from xprosql.warehouse import UNSIGNED_COLUMNS, Warehouse
+from xprosql.warehouse import _CHECKPOINT_INTERVAL, UNSIGNED_COLUMNS, Warehouse, file_schema
 
 KINETO = [TEST_DATA / "kineto" / f"{name}.json.gz" for name in SMALL_KINETO]
 
@@ -148,7 +149,7 @@ def test_four_concurrent_ingests_over_overlapping_files_keep_each_profile_once(t
 
 _KILLED_MIDWAY = """
 import os, signal, sys
-from xprosql.warehouse import UNSIGNED_COLUMNS, Warehouse
+from xprosql.warehouse import _CHECKPOINT_INTERVAL, UNSIGNED_COLUMNS, Warehouse, file_schema
 real = Warehouse._append
 def append(self, table, *args, **kwargs):
     if table == "op_stats":  # devices, events, ... committed; op_stats and profiles not
@@ -361,3 +362,34 @@ def test_readme_recipes_read_the_warehouse_without_xprosql(warehouse: Path) -> N
             arrow_exit = done.returncode == -6 and "terminate called without an active exception" in done.stderr
             assert done.returncode == 0 or arrow_exit, (reader, done.stderr[-2000:])
             assert done.stdout.split() == [str(events)], (reader, done.stdout)
+
+
+def _log_actions(table_path: Path) -> dict[str, dict]:
+    lines = (table_path / "_delta_log" / f"{0:020d}.json").read_text().splitlines()
+    return {key: value for line in lines for key, value in json.loads(line).items()}
+
+
+def _metadata(actions: dict[str, dict]) -> dict:
+    """The metadata action without what differs per table (its id, its time), the schema parsed (key order aside)."""
+    metadata = {k: v for k, v in actions["metaData"].items() if k not in ("id", "createdTime")}
+    return {**metadata, "schemaString": json.loads(metadata["schemaString"])}
+
+
+def test_a_new_warehouse_creates_its_tables_as_delta_rs_does(tmp_path: Path) -> None:
+    # The first log entries are written by xprosql, not delta-rs: every table's must say what delta-rs's would.
+    Warehouse(tmp_path / "ours").create()
+    for table in TABLES:
+        DeltaTable.create(tmp_path / "delta_rs" / table, schema=file_schema(table), mode="ignore",
+                          configuration={"delta.checkpointInterval": _CHECKPOINT_INTERVAL})
+        ours, theirs = _log_actions(tmp_path / "ours" / table), _log_actions(tmp_path / "delta_rs" / table)
+        assert ours["protocol"] == theirs["protocol"], table
+        assert _metadata(ours) == _metadata(theirs), table
+        assert ours["commitInfo"]["operation"] == theirs["commitInfo"]["operation"] == "CREATE TABLE"
+        opened = DeltaTable(tmp_path / "ours" / table)
+        assert (opened.version(), opened.schema(), opened.protocol()) == (0, DeltaTable(tmp_path / "delta_rs" / table).schema(),
+                                                                          DeltaTable(tmp_path / "delta_rs" / table).protocol())
+    # Nothing of the creation is left beside the tables, and creating again changes nothing.
+    before = tree_digest(tmp_path / "ours")
+    Warehouse(tmp_path / "ours").create()
+    assert tree_digest(tmp_path / "ours") == before
+    assert not list((tmp_path / "ours" / "_xprosql").iterdir())

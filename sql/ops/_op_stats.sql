@@ -12,7 +12,7 @@
 -- Cost data: an op's flops / bytes_accessed stats (TPU and XLA GPU profiles),
 -- else the costs xprosql derives from the embedded HLO (hlo_ops.derived_*, with
 -- hlo_ops.derived_cost_source: XLA's rules, or for custom calls and Triton GEMM
--- fusions a kernel's declared cost_estimate, 2·M·N·K, a library formula, or operand
+-- fusions a kernel's declared cost_estimate, 2*M*N*K, a library formula, or operand
 -- bytes only), else none (cost_source NULL). On a GPU one HLO op can launch several
 -- kernels (a fused-attention custom call's, a cuDNN convolution's im2col and GEMM):
 -- its derived costs count once per execution, with the first kernel of each run of

@@ -18,7 +18,7 @@
 --                  cost_estimate in its custom call's backend config; a torch.compile /
 --                  Inductor kernel's kernel_flop and kernel_num_gb args (Kineto)
 --   triton_gemm    a fusion XLA runs as a Triton GEMM (__triton_gemm,
---                  __triton_nested_gemm_fusion): 2·M·N·K of the dots in its HLO body;
+--                  __triton_nested_gemm_fusion): 2*M*N*K of the dots in its HLO body;
 --                  bytes its operands and results
 --   library        a known library custom call, by target name and operand shapes:
 --                  fused attention (cuDNN __cudnn$fmha*, Transformer Engine
@@ -78,7 +78,7 @@
 --   input_dtypes  VARCHAR  a PyTorch op's Input type (JSON)
 --   precision  VARCHAR  a PyTorch op's dtype class (fp8, bf16, fp16, fp32, ...): which FLOP/s roof applies
 --   category  VARCHAR  HLO category from the profile, else the HLO opcode; PyTorch ops: cpu_op
---   cost_source  VARCHAR  where flops and bytes came from, best first: profile (the profile's op stats); declared (the kernel author's: a Pallas/Mosaic cost_estimate, an Inductor kernel's kernel_flop / kernel_num_gb); triton_gemm (an XLA Triton GEMM fusion: 2·M·N·K of its dots); library (a known library custom call by target and operand shapes: cuDNN / Transformer Engine / CK fused attention, cuBLAS / hipBLASLt GEMM, cuDNN / MIOpen convolution); hlo (XLA's cost rules over the HLO); trace, shapes (PyTorch: the trace's flops arg, the shape formulas); operand_bytes (another custom call or compiled kernel: operand and result bytes, a lower bound, FLOPs NULL); NULL (none); total rows: the best of their ops'
+--   cost_source  VARCHAR  where flops and bytes came from, best first: profile (the profile's op stats); declared (the kernel author's: a Pallas/Mosaic cost_estimate, an Inductor kernel's kernel_flop / kernel_num_gb); triton_gemm (an XLA Triton GEMM fusion: 2*M*N*K of its dots); library (a known library custom call by target and operand shapes: cuDNN / Transformer Engine / CK fused attention, cuBLAS / hipBLASLt GEMM, cuDNN / MIOpen convolution); hlo (XLA's cost rules over the HLO); trace, shapes (PyTorch: the trace's flops arg, the shape formulas); operand_bytes (another custom call or compiled kernel: operand and result bytes, a lower bound, FLOPs NULL); NULL (none); total rows: the best of their ops'
 --   devices  BIGINT  devices of this kind the op ran on (a host plane running several XLA devices: each counts)
 --   occurrences  BIGINT  executions, summed over devices (total rows: over their ops)
 --   total_time_ps  BIGINT  time including nested ops, summed over devices, ps; program rows: the program's busy time (its ops' self time); profile rows: device time, as XProf

@@ -25,7 +25,8 @@ from xprosql.engine.functions import register_functions
 from xprosql.models.tables import PARTITION_COLUMN, TABLES
 from xprosql.warehouse import Snapshot, unsigned_sql
 
-__all__ = ["add_views", "connect_views", "empty_relation", "query", "run_on_share", "snapshot_connection", "tables_named"]
+__all__ = ["add_views", "connect_views", "empty_relation", "query", "run_on_share", "small_rows", "snapshot_connection",
+           "tables_named"]
 
 
 def connect_views(
@@ -116,6 +117,22 @@ def query(con: duckdb.DuckDBPyConnection, sql: str,
     if not params:
         return con.sql(sql)
     return con.sql(sql, params=dict(params) if isinstance(params, Mapping) else list(params))
+
+
+def small_rows(con: duckdb.DuckDBPyConnection, sql: str,
+               params: Mapping[str, Any] | Sequence[Any] | None = None) -> pa.Table:
+    """The rows of ``sql`` on ``con`` when they are known to be few (a summary per op or per step).
+
+    ``query(...).to_arrow_table()`` binds a query twice, once to describe its relation and once to run it (20 ms of the
+    26 KB ``ops._op_stats``), and streams its rows into Arrow; this binds it once into a temporary table, so holds the
+    rows twice (DuckDB's and Arrow's) for a moment.
+    """
+    con.execute(f"CREATE OR REPLACE TEMP TABLE _xprosql_small_rows AS {sql}",
+                (dict(params) if isinstance(params, Mapping) else list(params)) if params else None)
+    try:
+        return con.table("_xprosql_small_rows").to_arrow_table()
+    finally:
+        con.execute("DROP TABLE _xprosql_small_rows")
 
 
 def snapshot_connection(snapshot: Snapshot, *, arrow: Mapping[str, pa.Table] | None = None,

@@ -10,6 +10,7 @@ profiles reads a few hundred rows of each.
 
 from __future__ import annotations
 
+import functools
 import shutil
 import tempfile
 from collections.abc import Iterator, Mapping, Sequence
@@ -18,7 +19,7 @@ import duckdb
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from xprosql.engine.connection import connect_views, empty_relation, query
+from xprosql.engine.connection import connect_views, empty_relation, query, small_rows, tables_named
 from xprosql.engine.library import library, used_parameters
 from xprosql.models.tables import INGEST_DERIVED_TABLES, TABLES
 from xprosql.warehouse import StagedProfile
@@ -33,6 +34,8 @@ _DECODED = [table for table in TABLES if table not in INGEST_DERIVED_TABLES]
 # Included by more than one derived table (the CPU op tree of PyTorch traces): computed once per profile.
 _SHARED = {"torch._op_tree": "_shared_op_tree"}
 _TORCH = "torch."  # the PyTorch modules (sql/torch/)
+# Derived tables of a row per op (or framework op) and device: few enough rows to fetch by binding the query once.
+_SUMMARIES = frozenset({"op_stats", "framework_op_stats"})
 # Profiles whose decoded tables take less Arrow memory than this are derived from memory, while the writer thread
 # still compresses the same batches to Parquet (a batch ingest's worker derives such profiles together up to this
 # much); larger ones from the staged files, once written.
@@ -63,6 +66,17 @@ class DecodedTables:
         return {table: pa.Table.from_batches(self._batches.get(table, []), TABLES[table]) for table in _DECODED}
 
 
+@functools.cache
+def _tables_read() -> tuple[list[str], list[str]]:
+    """The tables the derived tables' SQL names (views: a view costs a millisecond or two) and the decoded ones of
+    them (what a connection must read)."""
+    lib = library()
+    texts = [lib.runnable(module_id)[0] for module_id in _SHARED]
+    texts += [lib.text(module_id, frozenset(_SHARED.items())) for module_id in INGEST_DERIVED_TABLES.values()]
+    named = tables_named("\n".join(texts))
+    return named, [table for table in _DECODED if table in named]
+
+
 def _quoted(text: str) -> str:
     return "'" + text.replace("'", "''") + "'"
 
@@ -71,8 +85,8 @@ class Deriver:
     """Derives the tables of profiles: those small enough to keep in memory on one DuckDB connection, several at
     once (:meth:`derive_together`), larger ones one at a time from their staged files.
 
-    A connection with a view per table and the SQL functions takes 60-100 ms to set up, and each query's planning
-    tens of ms: most of what deriving a small profile costs. Larger profiles get a connection of their own,
+    A connection with the views its SQL names and the SQL functions takes 40-60 ms to set up, and each query's
+    planning tens of ms: most of what deriving a small profile costs. Larger profiles get a connection of their own,
     spilling to their staging directory.
 
     Example:
@@ -104,10 +118,11 @@ class Deriver:
         """
         staged.finish(_DECODED)
         # One profile: its id is dropped from the result, and an empty one is the cheapest key to sort by.
+        views, decoded = _tables_read()
         sources = {table: f"SELECT * REPLACE ('' AS profile_id) FROM read_parquet({_quoted(str(staged.file(table)))})"
-                   for table in _DECODED}
+                   for table in decoded}
         con = connect_views(sources, config={"memory_limit": DERIVE_MEMORY_LIMIT,
-                                             "temp_directory": str(staged.directory / ".spill")})
+                                             "temp_directory": str(staged.directory / ".spill")}, tables=views)
         try:
             for name, rows in _derived(con):
                 yield name, _file_rows(name, rows)
@@ -124,7 +139,7 @@ class Deriver:
         # Short keys: DuckDB keeps strings of up to 12 bytes inline, so joins on them compare no heap strings.
         keys = [str(i) for i in range(len(profiles))]
         tables = {table: pa.concat_tables([_keyed(kept[table], key) for kept, key in zip(profiles, keys, strict=True)])
-                  for table in _DECODED}
+                  for table in _tables_read()[1]}
         con = self._connection(tables)
         out: list[dict[str, pa.Table]] = [{} for _ in profiles]
         try:
@@ -150,9 +165,11 @@ class Deriver:
         if self._con is None:
             # DuckDB cannot change its spill directory once used: one for the connection's life.
             self._spill = tempfile.mkdtemp(prefix="xprosql-derive-")
-            sources = {table: f"SELECT * FROM decoded_{table}" for table in _DECODED}
+            views, decoded = _tables_read()
+            sources = {table: f"SELECT * FROM decoded_{table}" for table in decoded}
             self._con = connect_views(sources, arrow={f"decoded_{t}": rows for t, rows in tables.items()},
-                                      config={"memory_limit": DERIVE_MEMORY_LIMIT, "temp_directory": self._spill})
+                                      config={"memory_limit": DERIVE_MEMORY_LIMIT, "temp_directory": self._spill},
+                                      tables=views)
         else:
             for table, rows in tables.items():
                 self._con.register(f"decoded_{table}", rows)
@@ -184,7 +201,7 @@ def _derived(con: duckdb.DuckDBPyConnection) -> Iterator[tuple[str, pa.Table]]:
         if torch_ops or not module_id.startswith(_TORCH):
             text = lib.text(module_id, frozenset(_SHARED.items()))
             params = used_parameters(text, lib.bind(module_id, {}))
-            rows = query(con, text, params).to_arrow_table()
+            rows = small_rows(con, text, params) if name in _SUMMARIES else query(con, text, params).to_arrow_table()
         else:
             rows = _keyed(TABLES[name].empty_table(), "")
         con.register(f"derived_{name}", rows)  # what the next derived tables read
