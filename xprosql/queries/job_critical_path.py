@@ -208,9 +208,10 @@ def _job_tables(engine: Engine, stored_jobs: frozenset[str]) -> JobRows | None:
     steps = [_stored_rows(engine, "stored_job_critical_path", kept)]
     replayed: dict[tuple[str, int | None], int] = {}
     for graph in _job_graphs(engine, rest):
-        steps.append(_replay(graph, _Plan(), want_segments=False)[0])
+        baselines: _Baselines = {}  # the plain replay is the like-median replay's baseline: walked once
+        steps.append(_replay(graph, _Plan(), want_segments=False, baselines=baselines)[0])
         if chosen:
-            replayed.update(_replayed_savings(graph, chosen))
+            replayed.update(_replayed_savings(graph, chosen, baselines=baselines))
     what_if = pa.concat_tables([_stored_rows(engine, "stored_job_what_if", kept), _what_if_rows(estimate, replayed)])
     first = {job: min(ids) for job, ids in zip(listed["job_id"].to_list(), listed["profile_ids"].to_list(), strict=True)}
     tables = {name: rows.append_column(PARTITION_COLUMN, pa.array([first[j] for j in rows.column("job_id").to_pylist()],
@@ -284,10 +285,11 @@ def _what_if_estimate(engine: Engine, listed: Any, min_matched: int | None, *,
     return estimate, {(row[0], row[1]): row[2] for row in steps.select("job_id", "step", "worst_rank").iter_rows()}
 
 
-def _replayed_savings(frame: Any, chosen: Mapping[tuple[str, int | None], int]) -> dict[tuple[str, int | None], int]:
+def _replayed_savings(frame: Any, chosen: Mapping[tuple[str, int | None], int], *,
+                      baselines: _Baselines | None = None) -> dict[tuple[str, int | None], int]:
     """The replayed saving of each chosen step of ``frame``'s jobs (a :func:`_job_graphs` batch) when its worst rank
-    runs like the median."""
-    rows, _ = _replay(frame, _Plan(like_median=chosen), want_segments=False)
+    runs like the median (``baselines``: as :func:`_replay` takes them)."""
+    rows, _ = _replay(frame, _Plan(like_median=chosen), want_segments=False, baselines=baselines)
     return {(row["job_id"], row["step"]): int(row["saving_ps"]) for row in rows.select(["job_id", "step", "saving_ps"]).to_pylist()
             if (row["job_id"], row["step"]) in chosen}
 
@@ -373,8 +375,16 @@ def _in_replay_order(graph: pa.Table) -> Any:
                        "weight_ps", "event_id"], nulls_last=True)
 
 
-def _replay(frame: Any, plan: _Plan, *, want_segments: bool) -> tuple[pa.Table, pa.Table]:
+# Job id -> the node ids and distances of its graph replayed unchanged (the baseline of a replay with changes).
+_Baselines = dict[str, tuple[np.ndarray, np.ndarray]]
+
+
+def _replay(frame: Any, plan: _Plan, *, want_segments: bool,
+            baselines: _Baselines | None = None) -> tuple[pa.Table, pa.Table]:
     """Paths and replays of every job of ``frame`` (critical_path.job_graph rows, :func:`_in_replay_order`), step by step.
+
+    ``baselines``: the unchanged replays of ``frame``'s jobs, read where there and added to where not (a replay with
+    changes walks the unchanged graph too, for baseline_ps: a caller replaying the same frame twice walks it once).
 
     A job's graph is replayed whole (a change in one step moves the later ones with it); step N's time is from the
     latest end of step N - 1's windows to the latest end of its own, and its path the longest path to that end,
@@ -426,9 +436,13 @@ def _replay(frame: Any, plan: _Plan, *, want_segments: bool) -> tuple[pa.Table, 
                                             compiled=compiled)
         if plan.empty:
             base_ids, base_dist = ids, dist
+        elif baselines is not None and job_id in baselines:
+            base_ids, base_dist = baselines[job_id]
         else:
             base_ids, base_dist, *_ = replay(src_key[every], dst_key[every], unchanged[every], src_ts[every],
                                              dst_ts[every], order[every], compiled=compiled)
+        if baselines is not None:
+            baselines[job_id] = (base_ids, base_dist)
         # One edge enters each window (start_skew into a member's first, step_gap into the next ones): its row
         # carries the window and what the member's trace lacks there.
         windows = (frame[every].filter(pl.col("edge_kind").is_in(["start_skew", "step_gap"]))

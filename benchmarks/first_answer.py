@@ -1,0 +1,63 @@
+"""A small file's ingest and first answer, before and after, alternating: medians and bests of whole processes.
+
+Run (a checkout of the older xprosql, run with the same interpreter)::
+
+    git worktree add --detach /tmp/xprosql-before <commit>
+    python benchmarks/first_answer.py --before /tmp/xprosql-before --rounds 12
+
+Each round runs, for each tree in turn, ``xprosql ingest`` of the 0.86 MB TPU sample into a fresh warehouse then
+``xprosql roofline`` of it as one shell command (issue #34's "ingest + first analysis"), then ``xprosql roofline DIR``
+and ``xprosql tables DIR`` on that warehouse. Alternating the trees round by round puts a noisy machine's slow minutes
+on both sides; the differences here are tens of ms, below what best-of-N on one side then the other can tell.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shlex
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPOSITORY = Path(__file__).resolve().parents[1]
+SMALL = REPOSITORY / "tests" / "data" / "xspace" / "tpu_v6e_inference.xplane.pb"
+ROWS = ("ingest && roofline", "roofline DIR", "tables DIR")
+
+
+def _seconds(command: str, tree: Path) -> float:
+    env = dict(os.environ, PYTHONPATH=str(tree))
+    start = time.perf_counter()
+    subprocess.run(command, shell=True, env=env, cwd=tempfile.gettempdir(), check=True, stdout=subprocess.DEVNULL)
+    return time.perf_counter() - start
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--before", type=Path, required=True, help="an older checkout to compare with")
+    parser.add_argument("--rounds", type=int, default=12)
+    args = parser.parse_args()
+    trees = {"before": args.before.resolve(), "after": REPOSITORY}
+    cli = f"{shlex.quote(sys.executable)} -m xprosql.cli"
+    times: dict[tuple[str, str], list[float]] = {(tree, row): [] for tree in trees for row in ROWS}
+    with tempfile.TemporaryDirectory() as scratch:
+        warehouse = Path(scratch) / "run"
+        for _ in range(args.rounds):
+            for name, tree in trees.items():
+                shutil.rmtree(warehouse, ignore_errors=True)
+                times[name, ROWS[0]].append(_seconds(
+                    f"{cli} ingest {shlex.quote(str(SMALL))} --into {warehouse} --quiet && {cli} roofline {warehouse}", tree))
+                times[name, ROWS[1]].append(_seconds(f"{cli} roofline {warehouse}", tree))
+                times[name, ROWS[2]].append(_seconds(f"{cli} tables {warehouse}", tree))
+    print("| what | before: median, best | after: median, best |\n|---|---|---|")
+    for row in ROWS:
+        cells = [f"{statistics.median(times[t, row]):.3f} s, {min(times[t, row]):.3f} s" for t in trees]
+        print(f"| `xprosql {row}` | {cells[0]} | {cells[1]} |")
+
+
+if __name__ == "__main__":
+    main()
