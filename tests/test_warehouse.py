@@ -385,9 +385,8 @@ def test_a_new_warehouse_creates_its_tables_as_delta_rs_does(tmp_path: Path) -> 
         assert ours["protocol"] == theirs["protocol"], table
         assert _metadata(ours) == _metadata(theirs), table
         assert ours["commitInfo"]["operation"] == theirs["commitInfo"]["operation"] == "CREATE TABLE"
-        opened = DeltaTable(tmp_path / "ours" / table)
-        assert (opened.version(), opened.schema(), opened.protocol()) == (0, DeltaTable(tmp_path / "delta_rs" / table).schema(),
-                                                                          DeltaTable(tmp_path / "delta_rs" / table).protocol())
+        opened, reference = DeltaTable(tmp_path / "ours" / table), DeltaTable(tmp_path / "delta_rs" / table)
+        assert (opened.version(), opened.schema(), opened.protocol()) == (0, reference.schema(), reference.protocol())
     # Nothing of the creation is left beside the tables, and creating again changes nothing.
     before = tree_digest(tmp_path / "ours")
     Warehouse(tmp_path / "ours").create()
