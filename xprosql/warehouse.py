@@ -161,6 +161,8 @@ _LOG = "_delta_log"
 _TABLE_FILE_PREFIX = "part-"
 # Row groups handed to the writer thread and not yet written: enough to keep it busy, few enough to bound memory.
 _WRITES_IN_FLIGHT = 2
+# Compaction's pack files written at once (Warehouse._pack).
+_PACK_THREADS = 2
 # Per-event integer columns that are nearly all distinct: no dictionary (it never pays off there, and
 # trying costs a fifth of the write), delta-encoded (small for sorted ids and times). Durations repeat: they
 # keep the dictionary, which makes them a third of the size.
@@ -1459,25 +1461,30 @@ class Warehouse:
 
     def _pack(self, plans: Mapping[str, list[list[DataFile]]], scratch: Path,
               actions: dict[str, list[AddAction | RemoveAction]], written: list[str], report: CompactReport) -> None:
-        """Write each group of small files as one file: the remove and add actions that replace them."""
-        for table, groups in plans.items():
-            for group in groups:
-                target = scratch / f"{table}-{uuid.uuid4().hex}.parquet"
-                written.append(str(target))
-                rows = self._write_pack_file(table, target, group, scratch)
-                if rows != sum(f.rows for f in group):  # nothing lost or doubled
-                    raise WarehouseError(f"{self.root}: compaction wrote {rows} {table} rows for "
-                                         f"{sum(f.rows for f in group)}; nothing published")
-                stamp = _now_ms()
-                actions.setdefault(table, []).extend(
-                    RemoveAction(self._relative(table, f.path), False, stamp) for f in group)
-                add = self._add(table, target, rows, min(f.first or "" for f in group),
-                                max(f.last or "" for f in group), data_change=False)
-                written.append(self._file_path(table, add.path))
-                actions[table].append(add)
-                report.rows[table] = report.rows.get(table, 0) + rows
-                report.files_written += 1
-                report.files_replaced += len(group)
+        """Write each group of small files as one file: the remove and add actions that replace them.
+
+        Two packs are written at once: a pack's DuckDB scan and its Parquet encoding take turns, and the encoding
+        (zstd, outside the GIL) is most of it; two keep two cores busy."""
+        packs = [(table, scratch / f"{table}-{uuid.uuid4().hex}.parquet", group)
+                 for table, groups in plans.items() for group in groups]
+        written.extend(str(target) for _, target, _ in packs)
+        with ThreadPoolExecutor(_PACK_THREADS, thread_name_prefix="xprosql-pack") as pool:
+            futures = [pool.submit(self._write_pack_file, table, target, group, scratch) for table, target, group in packs]
+            counts = [future.result() for future in futures]
+        for (table, target, group), rows in zip(packs, counts, strict=True):
+            if rows != sum(f.rows for f in group):  # nothing lost or doubled
+                raise WarehouseError(f"{self.root}: compaction wrote {rows} {table} rows for "
+                                     f"{sum(f.rows for f in group)}; nothing published")
+            stamp = _now_ms()
+            actions.setdefault(table, []).extend(
+                RemoveAction(self._relative(table, f.path), False, stamp) for f in group)
+            add = self._add(table, target, rows, min(f.first or "" for f in group),
+                            max(f.last or "" for f in group), data_change=False)
+            written.append(self._file_path(table, add.path))
+            actions[table].append(add)
+            report.rows[table] = report.rows.get(table, 0) + rows
+            report.files_written += 1
+            report.files_replaced += len(group)
 
     def _store(self, snap: Snapshot, fresh: Sequence[str], derive: Derive,
                target_rows: int, scratch: Path, actions: dict[str, list[AddAction | RemoveAction]],
@@ -1569,10 +1576,12 @@ class Warehouse:
         written = 0
         from xprosql._duckdb import connect  # only compaction sorts with DuckDB: readers of the log need none
 
-        with connect(config={"threads": 2, "memory_limit": "2GB"}) as con:
+        # Two packs at once (_pack): a thread and half the memory each.
+        with connect(config={"threads": 1, "memory_limit": "1GB"}) as con:
             if self._fs() is not None:  # DuckDB reads object storage through fsspec, each file whole
                 con.register_filesystem(data_filesystem(self.location, self.storage_options, keep=False))
-            con.execute(f"SET temp_directory = {_sql_str(str(scratch / 'duckdb_tmp'))}")
+            # Its own spill folder: two DuckDB instances would name their temporary files alike.
+            con.execute(f"SET temp_directory = {_sql_str(str(scratch / f'duckdb_tmp-{target.stem}'))}")
             scan = f"read_parquet({_sql_list(paths)}, hive_partitioning = false, union_by_name = true"
             if all(a.last is not None and b.first is not None and a.last < b.first for a, b in itertools.pairwise(group)):
                 # Files of disjoint profile ranges, in order: read in that order (DuckDB keeps a scan's order), they
