@@ -380,7 +380,7 @@ def test_a_compaction_that_fills_the_disk_leaves_no_partial_pack(tmp_path: Path,
     monkeypatch.setattr(Warehouse, "_write_pack_file", write)
     report = xprosql.ingest(last, into=root, compact=True)
     assert len(report.ingested) == 1 and "compaction not done" in report.failed[0][1]
-    assert calls["n"] == 5
+    assert calls["n"] in (5, 6), "the packs go on past the full disk"  # two at a time: one may start beside it
     after = sorted(p for p in root.rglob("*.parquet"))
     referenced = sorted(Path(f) for t in TABLES for f in Warehouse(root).snapshot().table_files(t))
     assert after == referenced, "a partial pack was left"

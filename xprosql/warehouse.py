@@ -1464,13 +1464,19 @@ class Warehouse:
         """Write each group of small files as one file: the remove and add actions that replace them.
 
         Two packs are written at once: a pack's DuckDB scan and its Parquet encoding take turns, and the encoding
-        (zstd, outside the GIL) is most of it; two keep two cores busy."""
+        (zstd, outside the GIL) is most of it; two keep two cores busy. A pack that fails (a full disk) stops those
+        after it: at most the one beside it is started."""
         packs = [(table, scratch / f"{table}-{uuid.uuid4().hex}.parquet", group)
                  for table, groups in plans.items() for group in groups]
         written.extend(str(target) for _, target, _ in packs)
+        counts: list[int] = []
         with ThreadPoolExecutor(_PACK_THREADS, thread_name_prefix="xprosql-pack") as pool:
-            futures = [pool.submit(self._write_pack_file, table, target, group, scratch) for table, target, group in packs]
-            counts = [future.result() for future in futures]
+            running: deque[Future[int]] = deque()
+            for table, target, group in packs:
+                if len(running) == _PACK_THREADS:
+                    counts.append(running.popleft().result())
+                running.append(pool.submit(self._write_pack_file, table, target, group, scratch))
+            counts += [future.result() for future in running]
         for (table, target, group), rows in zip(packs, counts, strict=True):
             if rows != sum(f.rows for f in group):  # nothing lost or doubled
                 raise WarehouseError(f"{self.root}: compaction wrote {rows} {table} rows for "
