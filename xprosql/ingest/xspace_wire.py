@@ -50,8 +50,8 @@ STAT_KINDS = {2: "double", 3: "uint64", 4: "int64", 5: "str", 6: "bytes", 7: "re
 _ONEOF_FIELD = {"double_value": 2, "uint64_value": 3, "int64_value": 4, "str_value": 5, "bytes_value": 6, "ref_value": 7}
 
 # Peak memory of decoding per event and per event stat (measured: about 100 and 70 on TPU profiles; the margin
-# covers profiles with longer strings). A chunk holds events and stats costing about CHUNK_BYTES: about 130,000
-# events. Smaller chunks than the 256 MB of before decode faster too (the 32 MB TPU file: 1.37 -> 1.00 s in one
+# covers profiles with longer strings). A chunk holds events and stats costing about CHUNK_BYTES: about 140,000
+# events of a TPU profile, fewer where events carry more stats. Smaller chunks than the 256 MB of before decode faster too (the 32 MB TPU file: 1.37 -> 1.00 s in one
 # process, the 162 MB one 4.2 -> 3.3 s; each chunk's arrays reuse the memory the last one freed) and hold less
 # (peaks 638 -> 442 MB and 791 -> 554 MB decoding alone); 16 or 8 MB chunks hold a little less again but take longer.
 _BYTES_PER_EVENT, _BYTES_PER_STAT = 150, 100
