@@ -203,22 +203,21 @@ def _converted(target: str) -> pl.Expr:
     )
 
 
-def _promote(resolved: pl.DataFrame, owner: list[str]) -> tuple[dict[str, pl.DataFrame], pl.DataFrame]:
-    """Split stats into promoted values (column -> owner and value; the last occurrence wins) and the rest."""
-    resolved = resolved.with_row_index("_row")
+def _promote(resolved: pl.DataFrame, owner: list[str]) -> dict[str, pl.DataFrame]:
+    """The promoted values of the stats present (column -> owner and value; the last occurrence wins)."""
     candidates = resolved.filter(pl.col("stat").is_in(list(PROMOTED_STATS)))
+    present = set(candidates["stat"].unique().to_list())
     promoted: dict[str, pl.DataFrame] = {}
-    is_promoted = np.zeros(resolved.height, dtype=bool)
     for stat, (column, target) in PROMOTED_STATS.items():
-        values = (
-            candidates.filter(pl.col("stat") == stat)
-            .with_columns(_converted(target).alias(column))
-            .filter(pl.col(column).is_not_null())
-            .unique(subset=owner, keep="last", maintain_order=True)
-        )
-        is_promoted[values["_row"].to_numpy()] = True
-        promoted[column] = values.select(*owner, column)
-    return promoted, resolved.filter(pl.Series(~is_promoted)).drop("_row")
+        if stat in present:  # each stat costs a few Polars calls: a file's metadata holds a handful of the twelve
+            promoted[column] = (
+                candidates.filter(pl.col("stat") == stat)
+                .with_columns(_converted(target).alias(column))
+                .filter(pl.col(column).is_not_null())
+                .unique(subset=owner, keep="last", maintain_order=True)
+                .select(*owner, column)
+            )
+    return promoted
 
 
 # --- the decoder -------------------------------------------------------------------------------------
@@ -312,11 +311,14 @@ def _decode(raw: RawSpace, *, source: str, batch_rows: int) -> Iterator[tuple[st
     small = _resolve(_metadata_stats(planes), stat_names)
     plane_stats = small.filter(pl.col("metadata_id").is_null())
     md_stats = small.filter(pl.col("metadata_id").is_not_null())
-    md_values, _ = _promote(md_stats, ["plane", "metadata_id"])
+    md_values = _promote(md_stats, ["plane", "metadata_id"])
     md_defaults = metadata.select("plane", "metadata_id", "name")
     for values in md_values.values():
         md_defaults = md_defaults.join(values, on=["plane", "metadata_id"], how="left", maintain_order="left")
     md_defaults = md_defaults.with_columns(
+        *(pl.lit(None, _PROMOTED_DTYPES[target]).alias(column) for column, target in PROMOTED_STATS.values()
+          if column not in md_values),
+    ).select("plane", "metadata_id", "name", *(column for column, _ in PROMOTED_STATS.values())).with_columns(
         # TPU op metadata is named "%op.1 = shape opcode(...)": the op's name is there when no stat says it.
         pl.col("hlo_op").fill_null(pl.col("name").str.extract(r"^%([^\s=%]+) = ", 1)),
         # `XLA Modules` events are named like jit_f(1234) and carry no program_id stat.
