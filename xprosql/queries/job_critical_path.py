@@ -426,7 +426,7 @@ def _replay(frame: Any, plan: _Plan, *, want_segments: bool,
     for job_id, every in groups.iter_rows():
         every = np.asarray(every, dtype=np.int64)
         rows = every[keep[every]]
-        part = frame[rows]
+        part = _rows_of(frame, rows)
         w = weight[rows].copy()
         notes = list(changed)
         if plan.like_median is not None:
@@ -445,7 +445,7 @@ def _replay(frame: Any, plan: _Plan, *, want_segments: bool,
             baselines[job_id] = (base_ids, base_dist)
         # One edge enters each window (start_skew into a member's first, step_gap into the next ones): its row
         # carries the window and what the member's trace lacks there.
-        windows = (frame[every].filter(pl.col("edge_kind").is_in(["start_skew", "step_gap"]))
+        windows = (_rows_of(frame, every).filter(pl.col("edge_kind").is_in(["start_skew", "step_gap"]))
                    .select("step", "member_index", "step_index", "window_start_ps", "window_end_ps", "window_end_key",
                            "missing_edges", "rank")
                    .unique(["member_index", "step_index"]).sort("window_start_ps", "member_index", "step_index"))
@@ -479,6 +479,14 @@ def _replay(frame: Any, plan: _Plan, *, want_segments: bool,
                         "length": max(reached, previous["length"])}
     return (pa.Table.from_pylist(step_rows, schema=_STEP_SCHEMA),
             pa.Table.from_pylist(segment_rows, schema=_SEGMENT_SCHEMA))
+
+
+def _rows_of(frame: Any, rows: np.ndarray) -> Any:
+    """``frame[rows]`` (ascending row numbers), as a slice, which copies nothing, where they are consecutive (a job's
+    rows in the replay's order)."""
+    if len(rows) and int(rows[-1]) - int(rows[0]) + 1 == len(rows):
+        return frame.slice(int(rows[0]), len(rows))
+    return frame[rows]
 
 
 def _cut(best: np.ndarray, source: np.ndarray, dist: np.ndarray, v: int, since: int, *,
