@@ -27,7 +27,6 @@ import importlib
 import importlib.util
 import os
 import sys
-from types import ModuleType
 from typing import Literal
 
 __all__ = ["COMPILED_MIN_BYTES", "COMPILE_AFTER_BYTES", "Format", "available", "use_compiled"]
@@ -43,6 +42,10 @@ COMPILED_MIN_BYTES: dict[str, int] = {"xspace": 4 << 20, "kineto": 3 << 19}
 # compiling takes 8 and 10 s.
 COMPILE_AFTER_BYTES: dict[str, int] = {"xspace": 76 << 20, "kineto": 52 << 20}
 _MODULES: dict[str, str] = {"xspace": "xprosql.ingest._xspace_numba", "kineto": "xprosql.ingest._kineto_scan"}
+# Compiled functions only some files run (Kineto: a float the scan cannot read exactly), compiled on their first call
+# (under half a second): the decoder counts as cached without them, else a file that never needed one would keep
+# every later process's small files off the compiled decoder.
+_ON_DEMAND: dict[str, frozenset[str]] = {"xspace": frozenset(), "kineto": frozenset({"gather"})}
 _LABELS: dict[str, str] = {"xspace": "XSpace decoder", "kineto": "Kineto JSON scanner"}
 _FILES: dict[str, str] = {"xspace": "XSpace files", "kineto": "Kineto traces"}
 # What compiling each takes on one core of the 2-core benchmark machine (benchmarks/RESULTS.md, "first run").
@@ -84,26 +87,29 @@ def use_compiled(kind: Format, size: int, *, needed: bool = False, source: str |
         return True
     if done < COMPILED_MIN_BYTES[kind] or kind in _not_cached:
         return False
-    if not _missing(importlib.import_module(_MODULES[kind])):
+    if not _missing(kind):
         _loaded.add(kind)
         return True
     _not_cached.add(kind)
     return False
 
 
-def _missing(module: ModuleType) -> list[str] | None:
-    """The compiled functions of ``module`` numba's cache holds no valid machine code for (it would compile
-    them on their first call); None when this numba's cache cannot be read (then assume all are missing)."""
+def _missing(kind: Format) -> list[str] | None:
+    """The compiled functions of the ``kind`` decoder numba's cache holds no valid machine code for (it would
+    compile them on their first call), but those only some files run (:data:`_ON_DEMAND`); None when this
+    numba's cache cannot be read (then assume all are missing)."""
+    module = importlib.import_module(_MODULES[kind])
     try:
         # An index whose source stamp or numba version differs loads as empty: numba recompiles then.
         return [name for name, value in vars(module).items()
-                if getattr(value, "_cache", None) is not None and not value._cache._cache_file._load_index()]
+                if getattr(value, "_cache", None) is not None and name not in _ON_DEMAND[kind]
+                and not value._cache._cache_file._load_index()]
     except (AttributeError, OSError):
         return None
 
 
 def _announce_compile(kind: str, size: int, source: str | None, why: str | None) -> None:
-    missing = _missing(importlib.import_module(_MODULES[kind]))
+    missing = _missing(kind)
     if not missing:  # cached (or a numba whose cache we cannot read: say nothing rather than guess)
         return
     which = f"{source} ({size / 2**20:.1f} MB)" if source else f"a {size / 2**20:.1f} MB file"
