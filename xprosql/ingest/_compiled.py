@@ -108,7 +108,7 @@ def _missing(kind: Format) -> list[str] | None:
         return None
 
 
-def _announce_compile(kind: str, size: int, source: str | None, why: str | None) -> None:
+def _announce_compile(kind: Format, size: int, source: str | None, why: str | None) -> None:
     missing = _missing(kind)
     if not missing:  # cached (or a numba whose cache we cannot read: say nothing rather than guess)
         return
