@@ -100,8 +100,9 @@ def test_a_batch_of_small_samples_compiles_nothing(tmp_path: Path) -> None:
 def test_one_compiled_decode_caches_the_whole_decoder(tmp_path: Path, kineto: str) -> None:
     """After one file of each format decoded by the compiled decoders on an empty numba cache, the next process
     finds their machine code cached: small files then load it. A function compiled only for some inputs and left
-    uncached made every later process decode small Kineto traces without the scanner, 3x slower (the string
-    table's growth; the CPU-only trace has no float the scan must fix, whose helper is compiled on demand)."""
+    uncached made every later process decode small Kineto traces without the scanner, 3x slower: the string
+    table's growth (the samples never outgrow its first room) and the float fix-up (the CPU-only trace has no float
+    the scan must fix) are compiled on demand instead."""
     env = {**os.environ, "NUMBA_CACHE_DIR": str(tmp_path / "numba"), "XPROSQL_COMPILED": "always"}
     env.pop("XPROSQL_PURE_PYTHON", None)
     samples = [DATA / "kineto" / f"{kineto}.json.gz", DATA / "xspace" / "tpu_v6e_inference.xplane.pb"]

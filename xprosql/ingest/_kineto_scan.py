@@ -620,9 +620,7 @@ class Scanner:
         self.fixes = np.empty((4, self.FIXES), np.int64)
         self.arena = np.empty(self.ARENA, np.uint8)
         self.strings = np.empty((self.STRINGS, 2), np.int64)
-        # Built by the function that grows it, so that every scan compiles (and numba caches) it: an uncached one
-        # makes xprosql.ingest._compiled take the whole scanner for uncached, and small traces go without it.
-        self.table = _table(self.arena, self.strings, 0, 4 * self.STRINGS)
+        self.table = np.full(4 * self.STRINGS, -1, np.int64)
         self.counts = np.zeros(10, np.int64)
         self.after = False  # at the array's "[" until the first event
 
