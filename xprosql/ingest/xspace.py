@@ -318,7 +318,7 @@ def _decode(raw: RawSpace, *, source: str, batch_rows: int) -> Iterator[tuple[st
     md_defaults = md_defaults.with_columns(
         *(pl.lit(None, _PROMOTED_DTYPES[target]).alias(column) for column, target in PROMOTED_STATS.values()
           if column not in md_values),
-    ).select("plane", "metadata_id", "name", *(column for column, _ in PROMOTED_STATS.values())).with_columns(
+    ).with_columns(
         # TPU op metadata is named "%op.1 = shape opcode(...)": the op's name is there when no stat says it.
         pl.col("hlo_op").fill_null(pl.col("name").str.extract(r"^%([^\s=%]+) = ", 1)),
         # `XLA Modules` events are named like jit_f(1234) and carry no program_id stat.
