@@ -158,13 +158,18 @@ window_idle AS (
      AND g.start_ps < w.window_end_ps AND g.end_ps > w.start_ps
     GROUP BY ALL
 ),
--- The PyTorch ops around each call: its parent chain among the cpu_ops of its thread.
+-- The PyTorch ops around each call: its parent chain among the cpu_ops of its thread. Only the threads of calls in
+-- steps: nesting every thread that makes a sync call was most of this module's time, for calls outside any step.
+call_threads AS (
+    SELECT DISTINCT profile_id, track_id FROM windows
+),
 nesting_events AS (
     SELECT e.profile_id, e.track_id, e.event_id, e.start_ps, e.dur_ps
-    FROM events AS e
-    WHERE e.category = 'cpu_op' AND e.start_ps IS NOT NULL AND e.profile_id IN (SELECT profile_id FROM sync_calls)
+    FROM events AS e SEMI JOIN call_threads USING (profile_id, track_id)
+    WHERE e.category = 'cpu_op' AND e.start_ps IS NOT NULL
     UNION ALL
-    SELECT profile_id, track_id, event_id, start_ps, dur_ps FROM sync_calls
+    SELECT s.profile_id, s.track_id, s.event_id, s.start_ps, s.dur_ps
+    FROM sync_calls AS s SEMI JOIN call_threads USING (profile_id, track_id)
 ),
 nesting AS MATERIALIZED (
 -- @include ops._nesting
