@@ -92,6 +92,33 @@ def test_a_job_without_gpu_launches_builds_no_graph_and_says_so(jobs_warehouse: 
 
 
 @pytest.mark.slow
+def test_a_job_per_batch_built_ahead_gives_the_rows_of_one_batch(jobs_warehouse: dict,
+                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    # The three jobs with a graph fit one batch; with a batch per job, each next graph is built on a thread while
+    # the previous one is replayed (jcp._built_ahead), and every row must be the same, in the same order.
+    import threading
+
+    run = jobs_warehouse["run"]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", xprosql.NotApplicableWarning)
+        one_batch = (run.job_critical_path().arrow(), run.what_if().arrow(), run.job_critical_path_segments().arrow())
+        threads: list[str] = []
+        real = jcp.job_critical_path_graph
+
+        def graph(engine: Any, **options: Any) -> Any:
+            threads.append(threading.current_thread().name)
+            return real(engine, **options)
+
+        monkeypatch.setattr(jcp, "job_critical_path_graph", graph)
+        monkeypatch.setattr(jcp, "JOB_BATCH_EVENTS", 1)
+        batched = (run.job_critical_path().arrow(), run.what_if().arrow(), run.job_critical_path_segments().arrow())
+    # Each analysis builds the three graphs, each on the thread.
+    assert len(threads) == 3 * 3 and all(name.startswith("xprosql-job-graph") for name in threads)
+    for expected, got in zip(one_batch, batched, strict=True):
+        assert expected.num_rows > 0 and got.equals(expected)
+
+
+@pytest.mark.slow
 def test_a_member_arriving_later_is_a_new_job_until_the_next_compaction(tmp_path: Path) -> None:
     root = tmp_path / "run"
     assert xprosql.ingest(MULTIRANK_SAMPLED[:1], into=root, compact=False).ok

@@ -32,9 +32,11 @@ Example:
 
 from __future__ import annotations
 
+import contextvars
 import statistics
 import warnings
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -143,13 +145,15 @@ def job_critical_path_segments(engine: Engine, *, profiles: Profiles = None,
     for a collective instance: member and rank are the last to arrive, next_member the one the path goes on
     in, length_ps the transfer) or ``start_skew`` (the member that began the step late). start_ps / end_ps:
     replayed times from the job step's start, ps; length_ps their difference; bound_by the segment's largest
-    category; top_op / top_op_ps the op or annotation with most time in it; edges the path edges it holds.
+    category; top_op / top_op_ps the op or annotation with most time in it; edges the path edges it holds. Rows
+    come in the order of the jobs' starts, then by step and position.
     """
     plan = _Plan(dict(changes or {}), like_median, tuple(remove or ()), overlap_communication)
+    listed = _jobs(engine, profiles)
     segments = [_SEGMENT_SCHEMA.empty_table()]
     segments += [_replay(graph, plan, want_segments=True)[1]
-                 for graph in _job_graphs(engine, _jobs(engine, profiles), include_last_step=include_last_step)]
-    return Result.from_arrow(pa.concat_tables(segments), description="job_critical_path_segments")
+                 for graph in _job_graphs(engine, listed, include_last_step=include_last_step)]
+    return Result.from_arrow(_in_job_order(pa.concat_tables(segments), listed), description="job_critical_path_segments")
 
 
 def job_what_if(engine: Engine, *, profiles: Profiles = None, min_matched: int | None = None) -> Result:
@@ -340,17 +344,37 @@ def _job_graphs(engine: Engine, listed: Any, *, include_last_step: bool | None =
     with_graph = pl.col("profile_ids").list.eval(pl.element().is_in(able)).list.any()
     _say_without_graph(one_run.filter(~with_graph), listed, "it needs Kineto (PyTorch profiler) traces or XSpace GPU "
                        "profiles with kernels, and their members are neither")
-    batch: list[str] = []
+    batches: list[list[str]] = []
     events = 0
     for members in one_run.filter(with_graph)["profile_ids"].to_list():
         size = sum(int(counts.get(p) or 0) for p in members)
-        if batch and events + size > JOB_BATCH_EVENTS:
-            yield _in_replay_order(job_critical_path_graph(engine, profiles=batch, include_last_step=include_last_step).arrow())
-            batch, events = [], 0
-        batch += members
+        if not batches or events + size > JOB_BATCH_EVENTS:
+            batches.append([])
+            events = 0
+        batches[-1] += members
         events += size
-    if batch:
-        yield _in_replay_order(job_critical_path_graph(engine, profiles=batch, include_last_step=include_last_step).arrow())
+
+    def build(batch: list[str]) -> Any:
+        return _in_replay_order(job_critical_path_graph(engine, profiles=batch, include_last_step=include_last_step).arrow())
+
+    yield from _built_ahead(build, batches)
+
+
+def _built_ahead(build: Callable[[list[str]], Any], batches: list[list[str]]) -> Iterator[Any]:
+    """``build(batch)`` of each batch in turn, the next one built on a thread while the caller replays this one: the
+    graph's SQL (DuckDB, outside the GIL) and the replay (one core) then keep both cores busy. The caller must not use
+    the engine between two batches. Two batches' graphs are in memory at once."""
+    if not batches:
+        return
+    # The thread runs in this context: the connections it opens join a watching caller's (xprosql._duckdb).
+    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="xprosql-job-graph") as pool:
+        pending = pool.submit(contextvars.copy_context().run, build, batches[0])
+        for batch in batches[1:]:
+            current = pending.result()
+            pending = pool.submit(contextvars.copy_context().run, build, batch)
+            yield current
+            del current
+        yield pending.result()
 
 
 def _say_without_graph(jobs: Any, listed: Any, why: str) -> None:
