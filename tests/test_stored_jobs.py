@@ -118,6 +118,47 @@ def test_a_job_per_batch_built_ahead_gives_the_rows_of_one_batch(jobs_warehouse:
         assert expected.num_rows > 0 and got.equals(expected)
 
 
+def test_a_caller_that_stops_early_interrupts_the_graph_being_built() -> None:
+    # Hand-made builds (the SQL of a real graph is seconds at most): the second one would hash 2 x 10^10 numbers, for
+    # a minute or more. Closing the iterator over the first (what an error or Ctrl-C in the replay does) interrupts it.
+    import threading
+
+    import duckdb
+
+    from xprosql._duckdb import connect, opened_connections
+
+    ended: list[str] = []
+    started = threading.Event()
+
+    def build(batch: list[str]) -> str:
+        if batch == ["long"]:
+            started.set()
+            try:
+                connect().execute("SELECT sum(hash(i)) FROM range(20_000_000_000) AS r(i)").fetchall()
+                ended.append("finished")
+            except duckdb.InterruptException:
+                ended.append("interrupted")
+        return batch[0]
+
+    with opened_connections() as watched:  # a caller's watch (the MCP server's) sees the thread's connections too
+        graphs = jcp._built_ahead(build, [["first"], ["long"]])
+        assert next(graphs) == "first"
+        assert started.wait(timeout=60)  # once it runs: a build not yet started is cancelled, and never runs
+        graphs.close()
+    assert ended == ["interrupted"] and len(watched) == 1
+
+
+def test_a_watch_inside_another_sees_the_same_connections() -> None:
+    from xprosql._duckdb import connect, opened_connections
+
+    with opened_connections() as outer:
+        first = connect()
+        with opened_connections() as inner:
+            second = connect()
+        third = connect()
+    assert outer == [first, second, third] and inner == [second]
+
+
 @pytest.mark.slow
 def test_a_member_arriving_later_is_a_new_job_until_the_next_compaction(tmp_path: Path) -> None:
     root = tmp_path / "run"

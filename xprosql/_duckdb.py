@@ -11,8 +11,8 @@ import duckdb
 
 __all__ = ["connect", "opened_connections"]
 
-# The connections opened in this context while a caller watches (opened_connections); None when none does.
-_OPENED: ContextVar[list[duckdb.DuckDBPyConnection] | None] = ContextVar("xprosql_opened_connections", default=None)
+# The lists of the callers watching the connections opened in this context (opened_connections), outermost first.
+_OPENED: ContextVar[tuple[list[duckdb.DuckDBPyConnection], ...]] = ContextVar("xprosql_opened_connections", default=())
 
 
 def connect(*, config: dict[str, Any] | None = None) -> duckdb.DuckDBPyConnection:
@@ -28,8 +28,7 @@ def connect(*, config: dict[str, Any] | None = None) -> duckdb.DuckDBPyConnectio
     # warehouse it estimates the critical path's call stacks (critical_path._edges) at 1 row and the nested loop
     # over millions took 77 s for 3 profiles where the ASOF join takes 0.1 s.
     con.execute("SET asof_loop_join_threshold = 0")
-    opened = _OPENED.get()
-    if opened is not None:
+    for opened in _OPENED.get():
         opened.append(con)
     return con
 
@@ -38,9 +37,9 @@ def connect(*, config: dict[str, Any] | None = None) -> duckdb.DuckDBPyConnectio
 def opened_connections() -> Iterator[list[duckdb.DuckDBPyConnection]]:
     """A list that every connection :func:`connect` opens in this context (this thread) joins while inside: what a
     caller must interrupt to stop an analysis, whose shares and final steps run on connections of their own (the MCP
-    server's time limit: ``xprosql.mcp_server``)."""
+    server's time limit: ``xprosql.mcp_server``). Inside another caller's, a connection joins both lists."""
     opened: list[duckdb.DuckDBPyConnection] = []
-    token = _OPENED.set(opened)
+    token = _OPENED.set((*_OPENED.get(), opened))
     try:
         yield opened
     finally:

@@ -36,13 +36,16 @@ import contextvars
 import statistics
 import warnings
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor, wait
+from contextlib import suppress
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+import duckdb
 import numpy as np
 import pyarrow as pa
 
+from xprosql._duckdb import opened_connections
 from xprosql.engine import Engine, Result
 from xprosql.errors import NotApplicableWarning
 from xprosql.models.tables import PARTITION_COLUMN, table_schema
@@ -363,18 +366,40 @@ def _job_graphs(engine: Engine, listed: Any, *, include_last_step: bool | None =
 def _built_ahead(build: Callable[[list[str]], Any], batches: list[list[str]]) -> Iterator[Any]:
     """``build(batch)`` of each batch in turn, the next one built on a thread while the caller replays this one: the
     graph's SQL (DuckDB, outside the GIL) and the replay (one core) then keep both cores busy. The caller must not use
-    the engine between two batches. Two batches' graphs are in memory at once."""
+    the engine between two batches. Two batches' graphs are in memory at once. A caller that stops early (an error,
+    Ctrl-C, the iterator closed) interrupts the graph being built rather than wait for it."""
     if not batches:
         return
-    # The thread runs in this context: the connections it opens join a watching caller's (xprosql._duckdb).
+    building: list[list[Any]] = [[]]  # the connections of the build under way
+
+    def watched(batch: list[str]) -> Any:
+        with opened_connections() as opened:
+            building[0] = opened
+            return build(batch)
+
+    def start(batch: list[str]) -> Future[Any]:
+        # In this context: the thread's connections join a watching caller's too (the MCP server's time limit).
+        return pool.submit(contextvars.copy_context().run, watched, batch)
+
     with ThreadPoolExecutor(max_workers=1, thread_name_prefix="xprosql-job-graph") as pool:
-        pending = pool.submit(contextvars.copy_context().run, build, batches[0])
-        for batch in batches[1:]:
-            current = pending.result()
-            pending = pool.submit(contextvars.copy_context().run, build, batch)
-            yield current
-            del current
-        yield pending.result()
+        pending = start(batches[0])
+        try:
+            for batch in batches[1:]:
+                current = pending.result()
+                pending = start(batch)
+                yield current
+                del current
+            yield pending.result()
+        except BaseException:
+            # Interrupt its queries until it gives up: the thread may not have opened the connection yet, and a
+            # build runs several queries one after another.
+            pending.cancel()
+            while not pending.done():
+                for connection in list(building[0]):
+                    with suppress(duckdb.Error):
+                        connection.interrupt()
+                wait([pending], timeout=0.05)
+            raise
 
 
 def _say_without_graph(jobs: Any, listed: Any, why: str) -> None:
