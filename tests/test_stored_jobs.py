@@ -133,11 +133,14 @@ def test_a_caller_that_stops_early_interrupts_the_graph_being_built() -> None:
     def build(batch: list[str]) -> str:
         if batch == ["long"]:
             started.set()
+            con = connect()
             try:
-                connect().execute("SELECT sum(hash(i)) FROM range(20_000_000_000) AS r(i)").fetchall()
+                con.execute("SELECT sum(hash(i)) FROM range(20_000_000_000) AS r(i)").fetchall()
                 ended.append("finished")
             except duckdb.InterruptException:
                 ended.append("interrupted")
+            finally:
+                con.close()
         return batch[0]
 
     with opened_connections() as watched:  # a caller's watch (the MCP server's) sees the thread's connections too

@@ -258,11 +258,12 @@ def _stored_rows(engine: Engine, table: str, jobs: set[str]) -> pa.Table:
     return rows.select(schema.names).cast(schema)
 
 
-def _in_job_order(steps: pa.Table, listed: Any) -> pa.Table:
-    """``steps`` by job in the order of the jobs' starts, then by step (stable: stored and computed rows alike)."""
+def _in_job_order(rows: pa.Table, listed: Any) -> pa.Table:
+    """``rows`` (steps or segments) by job in the order of the jobs' starts, then by step (stable: stored and computed
+    rows alike, and a step's segments keep their positions)."""
     position = {job: i for i, job in enumerate(listed["job_id"].to_list())}
-    order = pa.array([position.get(job, len(position)) for job in steps.column("job_id").to_pylist()], pa.int64())
-    keyed = steps.append_column("_job_order", order).append_column("_step", _nulls_last(steps.column("step")))
+    order = pa.array([position.get(job, len(position)) for job in rows.column("job_id").to_pylist()], pa.int64())
+    keyed = rows.append_column("_job_order", order).append_column("_step", _nulls_last(rows.column("step")))
     return keyed.sort_by([("_job_order", "ascending"), ("_step", "ascending")]).drop(["_job_order", "_step"])
 
 
@@ -370,11 +371,11 @@ def _built_ahead(build: Callable[[list[str]], Any], batches: list[list[str]]) ->
     Ctrl-C, the iterator closed) interrupts the graph being built rather than wait for it."""
     if not batches:
         return
-    building: list[list[Any]] = [[]]  # the connections of the build under way
+    building: list[Any] = []  # the connections of the build under way
 
     def watched(batch: list[str]) -> Any:
-        with opened_connections() as opened:
-            building[0] = opened
+        nonlocal building
+        with opened_connections() as building:
             return build(batch)
 
     def start(batch: list[str]) -> Future[Any]:
@@ -395,7 +396,7 @@ def _built_ahead(build: Callable[[list[str]], Any], batches: list[list[str]]) ->
             # build runs several queries one after another.
             pending.cancel()
             while not pending.done():
-                for connection in list(building[0]):
+                for connection in list(building):
                     with suppress(duckdb.Error):
                         connection.interrupt()
                 wait([pending], timeout=0.05)
