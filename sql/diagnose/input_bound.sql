@@ -50,13 +50,20 @@ per_profile AS (
     FROM step_rows
     GROUP BY profile_id
 ),
--- The host events that read input, by time: what the fix is about.
+-- The host events that read input, by time: what the fix is about. Each distinct name is matched once, into a
+-- column (as a filter on the events, the regular expression ran on every event: a fifth of the rule's time).
+waiting AS (
+    SELECT profile_id FROM per_profile WHERE input_wait_ps > 0
+),
+event_names AS MATERIALIZED (
+    SELECT name, regexp_matches(name, CAST($input_events AS VARCHAR)) AS reads_input
+    FROM (SELECT DISTINCT name FROM events WHERE profile_id IN (SELECT profile_id FROM waiting))
+),
 input_events AS (
     SELECT e.profile_id, e.name, sum(e.dur_ps) AS total_ps
     FROM events AS e
-    JOIN per_profile AS p USING (profile_id)
-    WHERE p.input_wait_ps > 0
-      AND regexp_matches(e.name, CAST($input_events AS VARCHAR))
+    JOIN waiting USING (profile_id)
+    JOIN event_names AS n ON n.name = e.name AND n.reads_input
     GROUP BY e.profile_id, e.name
 ),
 named AS (

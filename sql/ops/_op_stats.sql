@@ -215,17 +215,18 @@ children AS (
     WHERE n.parent_id IS NOT NULL
     GROUP BY ALL
 ),
--- Async pairs on the same line: each done with the latest matching start before it.
-async_names AS (
-    SELECT op, regexp_replace(op, '-(start|done)(\.[0-9]+)?$', '\2') AS pair_base, regexp_matches(op, '-done(\.[0-9]+)?$') AS is_done
+-- Async pairs on the same line: each done with the latest matching start before it. Each distinct op is classified
+-- once, into a column: a filter there would be pushed below the DISTINCT, a regular expression per event.
+async_names AS MATERIALIZED (
+    SELECT op, regexp_replace(op, '-(start|done)(\.[0-9]+)?$', '\2') AS pair_base, regexp_matches(op, '-done(\.[0-9]+)?$') AS is_done,
+        regexp_matches(op, '-(start|done)(\.[0-9]+)?$') OR regexp_matches(op, '^(send|recv)(\.[0-9]+)?$') AS paired
     FROM (SELECT DISTINCT op FROM op_events)
-    WHERE regexp_matches(op, '-(start|done)(\.[0-9]+)?$') OR regexp_matches(op, '^(send|recv)(\.[0-9]+)?$')
 ),
 async_events AS MATERIALIZED (
     SELECT o.profile_id, o.track_id, o.program_id, a.pair_base, a.is_done, o.event_id, o.start_ps, o.start_ps + o.dur_ps AS end_ps
     FROM op_events AS o
     JOIN async_names AS a USING (op)
-    WHERE o.start_ps IS NOT NULL
+    WHERE o.start_ps IS NOT NULL AND a.paired
 ),
 async_pairs AS MATERIALIZED (
     -- A start whose next event of its pair is a done: that done's latest start. A
