@@ -1231,7 +1231,7 @@ class Warehouse:
             self._repair(table, head, delta)
             delta = self._open(table)
         delta.create_write_transaction(list(actions), "append", delta.schema(), commit_properties=_props(operation))
-        return self._open(table).version()
+        return delta.version() + 1  # this commit's: no one else commits under the lock (opening again costs ~9 ms)
 
     @staticmethod
     def _evolve(table: str, delta: DeltaTable) -> None:
@@ -1332,7 +1332,7 @@ class Warehouse:
         if lists is not None:
             info.update(lists, lists_at=delta.version() + 1)  # this commit's version: no one else commits under the lock
         delta.create_write_transaction(list(profiles), "append", delta.schema(), commit_properties=_props(operation, info))
-        return self._open("profiles").version()
+        return delta.version() + 1
 
     # -- compaction and cleanup -------------------------------------------------
 

@@ -100,7 +100,7 @@ class Redactor:
 
     def _column(self, column: pa.Array) -> pa.Array:
         if isinstance(column, pa.DictionaryArray) and pa.types.is_string(column.type.value_type):
-            values, counts = self._strings(column.dictionary)
+            values, counts = self._strings(column.dictionary, distinct=True)
             if counts is None:
                 return column
             self.count += pc.sum(pc.take(counts, column.indices)).as_py() or 0
@@ -113,11 +113,16 @@ class Redactor:
         return column
 
     @staticmethod
-    def _strings(values: pa.Array) -> tuple[pa.Array, pa.Array | None]:
-        """The values with secrets replaced, and the replacements in each (None: there were none)."""
-        candidates = pc.fill_null(pc.match_substring_regex(values, _MAY_HOLD), False)
-        if not pc.any(candidates).as_py():
+    def _strings(values: pa.Array, *, distinct: bool = False) -> tuple[pa.Array, pa.Array | None]:
+        """The values with secrets replaced, and the replacements in each (None: there were none). ``distinct``: the
+        values are distinct already (a dictionary's)."""
+        # The prefilter runs on the distinct values: a stat's strings repeat (the event stats' strings of 100 profiles
+        # of the corpus: 0.09 s against 0.29 s for every value).
+        unique = values if distinct else pc.unique(values)
+        holding = unique.filter(pc.fill_null(pc.match_substring_regex(unique, _MAY_HOLD), False))
+        if not len(holding):
             return values, None
+        candidates = pc.is_in(values, value_set=holding)
         replaced, found = Redactor._replaced(values.filter(candidates))
         if found is None:
             return values, None
