@@ -460,10 +460,12 @@ def _mounted_tmpfs(directory: Path, size: str) -> bool:
                           capture_output=True).returncode == 0
 
 
-def test_a_really_full_disk_stops_the_batch_cleanly(tmp_path: Path) -> None:
+def test_a_really_full_disk_stops_the_batch_cleanly(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     disk = tmp_path / "small_disk"
     if not _mounted_tmpfs(disk, "3m"):
         pytest.skip("needs root and tmpfs to make a small disk (the fake-layer test covers the rest)")
+    # Commits of 4 profiles: some are committed before the 3 MB fill up (COMMIT_BATCH's 16 staged would not fit).
+    monkeypatch.setattr(importlib.import_module("xprosql.ingest.batch"), "COMMIT_BATCH", 4)
     try:
         paths = _kineto_variants(tmp_path / "logs", 40)
         root = disk / "run"

@@ -141,8 +141,11 @@ PACK_TARGET_ROWS = 4_000_000
 SMALL_PROFILE_ROWS = ROW_GROUP_ROWS
 # Automatic compaction after an ingest once this many profiles were committed since the last one.
 AUTO_COMPACT_MIN_PROFILES = 32
-# Profiles an ingest worker commits at once (one log entry per table for all of them).
-COMMIT_BATCH = 8
+# Profiles an ingest worker commits at once (one log entry per table for all of them), after deriving their tables
+# together: a chunk's DuckDB connection, its queries' planning and its commit cost about as much for 16 profiles as
+# for 8 (benchmarks/commit_batch.py: 1,000 profiles in 107 s against 115-118 s; 32 gained 2 s more for 350 MB more
+# peak). An interrupted or out-of-disk worker loses at most a chunk.
+COMMIT_BATCH = 16
 # Hours a file unreferenced by the latest versions is kept for readers of older ones (and time travel).
 VACUUM_RETENTION_HOURS = 1
 # The stored tables of the first xprosql that stored any, for lists records that do not name theirs.
