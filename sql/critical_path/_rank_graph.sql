@@ -154,7 +154,7 @@ inferred AS (
 -- a profile without collective kernels) and the c10d:: ops that issued them (n-th op of a kind, n-th call).
 host_annotations AS (
     SELECT s.*, xprosql_collective(s.name, 'user_annotation') AS kind FROM scopes AS s
-    WHERE regexp_matches(s.name, '^(gloo|nccl|mpi|ucc|xccl):')
+    WHERE xprosql_process_group_annotation(s.name)
       AND coalesce(xprosql_collective(s.name, 'user_annotation'), 'other') <> 'other'
 ),
 -- The kernels' names classified once each, of the profiles with process-group annotations only: the collective

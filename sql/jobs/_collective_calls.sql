@@ -100,8 +100,8 @@ launches AS (
     FROM kernel_calls AS k JOIN api_calls AS c USING (profile_id, correlation_id)
     GROUP BY ALL
 ),
--- Process-group annotations (nccl:all_reduce, gloo:all_reduce) and their recorded input. By prefixes, which DuckDB
--- compares without a regular expression per event (a tenth of the module's time over 100 profiles).
+-- Process-group annotations (nccl:all_reduce, gloo:all_reduce) and their recorded input, by prefix (a regular
+-- expression per event was a tenth of the module's time over 100 profiles).
 annotations AS (
     SELECT e.profile_id, e.event_id, e.device_id, e.track_id, e.name, e.start_ps, e.start_ps + e.dur_ps AS end_ps,
         xprosql_collective(e.name, e.category) AS kind,
@@ -110,9 +110,7 @@ annotations AS (
     FROM events AS e
     LEFT JOIN event_stats AS s ON s.profile_id = e.profile_id AND s.event_id = e.event_id
         AND s.stat IN ('Input Dims', 'Input type')
-    WHERE (e.name LIKE 'gloo:%' OR e.name LIKE 'nccl:%' OR e.name LIKE 'mpi:%' OR e.name LIKE 'ucc:%'
-           OR e.name LIKE 'xccl:%')
-      AND e.start_ps IS NOT NULL
+    WHERE xprosql_process_group_annotation(e.name) AND e.start_ps IS NOT NULL
     GROUP BY ALL
 ),
 -- The annotation inside a kernel's c10d:: op, on its thread.

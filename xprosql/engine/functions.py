@@ -152,13 +152,17 @@ def _tensor_bytes_udf(dims: pa.Array, types: pa.Array) -> pa.Array:
     return pa.array(tensor_bytes_of_json(dims.to_pylist(), types.to_pylist()), pa.int64())
 
 
+# The process groups' backends, whose annotations are named BACKEND:collective (nccl:all_reduce, gloo:all_reduce).
+_PROCESS_GROUPS = ("gloo", "nccl", "mpi", "ucc", "xccl")
+# Tested by prefix: DuckDB compares these without a regular expression per event.
+_PROCESS_GROUP_ANNOTATION = " OR ".join(f"name LIKE '{backend}:%'" for backend in _PROCESS_GROUPS)
 _XLA_COLLECTIVES = ("all-reduce|all-gather|reduce-scatter|collective-permute|all-to-all|ragged-all-to-all"
                     "|collective-broadcast")
 # The name of the collective, as written by its source (letters only, lowercased below).
 _COLLECTIVE_NAME = f"""coalesce(
     nullif(regexp_extract(lower(coalesce(category, '')), '^({_XLA_COLLECTIVES}|send|recv)(-start|-done)?$', 1), ''),
     nullif(regexp_extract(coalesce(name, ''), '^({_XLA_COLLECTIVES})(-start|-done)?([.][0-9]+)?$', 1), ''),
-    nullif(regexp_extract(coalesce(name, ''), '^(gloo|nccl|mpi|ucc|xccl):([A-Za-z_]+)', 2), ''),
+    nullif(regexp_extract(coalesce(name, ''), '^({'|'.join(_PROCESS_GROUPS)}):([A-Za-z_]+)', 2), ''),
     CASE WHEN regexp_matches(coalesce(name, ''), '^(nccl|rccl|hccl)|ncclKernel', 'i')
          THEN coalesce(nullif(regexp_extract(name, 'Kernel_([A-Za-z]+)', 1), ''), 'other') END,
     nullif(regexp_extract(coalesce(name, ''), '^c10d::(.+)$', 1), ''),
@@ -212,13 +216,15 @@ _OP_KEY = r"""substr(md5(concat_ws(chr(31), source, CASE WHEN source = 'kernel' 
 
 
 def register_functions(con: duckdb.DuckDBPyConnection) -> None:
-    """Add ``xprosql_memory_access``, ``xprosql_collective``, ``xprosql_launch_kind``, ``xprosql_gpu_work``,
+    """Add ``xprosql_memory_access``, ``xprosql_collective``, ``xprosql_launch_kind``,
+    ``xprosql_process_group_annotation``, ``xprosql_gpu_work``,
     ``xprosql_severity``, ``xprosql_duration``, ``xprosql_kernel_name``, ``xprosql_op_key``, ``xprosql_torch_cost``,
     ``xprosql_tensor_bytes`` and ``hardware_models`` to a DuckDB connection."""
     con.execute(f"CREATE MACRO _xprosql_collective_kind(raw) AS {_COLLECTIVE_KINDS}")
     con.execute("CREATE MACRO xprosql_collective(name, category) AS "
                 f"_xprosql_collective_kind(lower(regexp_replace({_COLLECTIVE_NAME}, '[^A-Za-z]', '', 'g')))")
     con.execute(f"CREATE MACRO xprosql_launch_kind(name) AS {_LAUNCH_KIND}")
+    con.execute(f"CREATE MACRO xprosql_process_group_annotation(name) AS ({_PROCESS_GROUP_ANNOTATION})")
     con.execute(f"CREATE MACRO xprosql_gpu_work(category) AS coalesce(category, '') NOT IN ({_NOT_GPU_WORK})")
     con.execute(f"CREATE MACRO xprosql_severity(share) AS {_SEVERITY}")
     con.execute(f"CREATE MACRO xprosql_duration(ps) AS {_DURATION}")
