@@ -116,3 +116,23 @@ def test_one_compiled_decode_caches_the_whole_decoder(tmp_path: Path, kineto: st
     missing = subprocess.run([sys.executable, "-c", check], env=env, capture_output=True, text=True, timeout=120)
     assert missing.returncode == 0, missing.stderr
     assert missing.stdout.strip() == "{'xspace': [], 'kineto': []}"
+
+
+@needs_numba
+@pytest.mark.skipif(importlib.util.find_spec("scipy") is None, reason="SciPy is not installed: nothing to leave out")
+def test_the_compiled_decoders_leave_scipy_linear_algebra_out(tmp_path: Path) -> None:
+    """numba's first compiled function imports ``numba.np.arraymath``, whose check for BLAS imported ``scipy.linalg``
+    (0.15 s and 27 MB in every process decoding with the compiled decoders); ``xprosql._numba`` answers it without
+    SciPy. The file decodes with the compiled decoder, ``scipy.linalg`` stays out, numba's own check is back."""
+    code = ("import sys\n"
+            "import xprosql\n"
+            "from xprosql.ingest import _compiled\n"
+            f"xprosql.ingest({str(DATA / 'xspace' / 'tpu_v6e_inference.xplane.pb')!r}, into={str(tmp_path / 'run')!r}, "
+            "compact=False)\n"
+            "import numba.np.arraymath as arraymath, numba.np.linalg as linalg\n"
+            "print(sorted(_compiled._loaded), 'scipy.linalg' in sys.modules, arraymath.ensure_blas is linalg.ensure_blas)\n")
+    env = {**os.environ, "XPROSQL_COMPILED": "always"}
+    env.pop("XPROSQL_PURE_PYTHON", None)
+    done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "['xspace'] False True"

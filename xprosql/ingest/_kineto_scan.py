@@ -31,9 +31,10 @@ from __future__ import annotations
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-from numba import njit
 from numba.core import cgutils
 from numba.extending import intrinsic
+
+from xprosql._numba import njit
 
 # Event fields and the kinds of their values: absent or null, int (the value), float (the value's bits: read
 # ``values`` as float64), str (its id), object (args: the first arg row; the count in ``arg_count``).

@@ -14,7 +14,8 @@ position ``_BAD``, which the walk's one bounds check per field then reports.
 from __future__ import annotations
 
 import numpy as np
-from numba import njit
+
+from xprosql._numba import njit
 
 __all__ = ["LAYOUT_FIELDS", "fill", "layout", "text", "text_size"]
 _BAD = np.int64(1) << np.int64(62)  # past any message end: where a malformed read leaves the position

@@ -7,7 +7,8 @@ and cached (``cache=True``), so a process after the first loads the machine code
 from __future__ import annotations
 
 import numpy as np
-from numba import njit
+
+from xprosql._numba import njit
 
 __all__ = ["cut", "relax", "topological"]
 
