@@ -73,8 +73,10 @@ found AS (
     FROM per_profile AS p
     WHERE p.wait_ps / nullif(p.device_step_ps, 0) >= CAST($min_share AS DOUBLE) AND p.marked
 ),
+-- step_key numbers each (profile, device, step): the as-of joins below match on it alone, not on four columns.
 found_steps AS (
-    SELECT s.profile_id, s.device_id, s.device_kind, s.start_ps, s.end_ps
+    SELECT s.profile_id, s.device_id, s.device_kind, s.start_ps, s.end_ps,
+        dense_rank() OVER (ORDER BY s.profile_id, s.device_id, s.start_ps, s.end_ps) AS step_key
     FROM step_rows AS s SEMI JOIN found USING (profile_id)
 ),
 found_devices AS (
@@ -104,7 +106,7 @@ ordered AS (
     FROM device_ops
 ),
 gaps AS (
-    SELECT o.profile_id, o.device_id, s.start_ps AS step_start_ps, s.end_ps AS step_end_ps,
+    SELECT o.profile_id, o.device_id, s.step_key,
         greatest(coalesce(o.previous_end_ps, s.start_ps), s.start_ps) AS start_ps, o.start_ps AS end_ps
     FROM ordered AS o
     JOIN found_steps AS s
@@ -113,9 +115,8 @@ gaps AS (
 ),
 -- A step's gaps on a device are disjoint (each starts after all earlier work ends): the gap time before each.
 gap_runs AS (
-    SELECT *, coalesce(sum(end_ps - start_ps) OVER (PARTITION BY profile_id, device_id, step_start_ps, step_end_ps
-                                                    ORDER BY start_ps ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING),
-                       0) AS before_ps
+    SELECT *, coalesce(sum(end_ps - start_ps) OVER (PARTITION BY step_key ORDER BY start_ps
+                                                    ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING), 0) AS before_ps
     FROM gaps
 ),
 gap_stats AS (
@@ -132,7 +133,7 @@ host_events AS (
 ),
 -- Each host event within each step of a device found, shorter than half the step.
 host_in_steps AS (
-    SELECT h.profile_id, h.name, s.device_id, s.start_ps AS step_start_ps, s.end_ps AS step_end_ps,
+    SELECT h.profile_id, h.name, s.device_id, s.step_key,
         greatest(h.start_ps, s.start_ps) AS from_ps, least(h.end_ps, s.end_ps) AS to_ps
     FROM host_events AS h
     JOIN found_steps AS s ON s.profile_id = h.profile_id AND h.start_ps < s.end_ps AND h.end_ps > s.start_ps
@@ -146,12 +147,8 @@ gap_overlaps AS (
         coalesce(e.before_ps + least(h.to_ps, e.end_ps) - e.start_ps, 0)
             - coalesce(b.before_ps + least(h.from_ps, b.end_ps) - b.start_ps, 0) AS ps
     FROM host_in_steps AS h
-    ASOF LEFT JOIN gap_runs AS e
-      ON e.profile_id = h.profile_id AND e.device_id = h.device_id AND e.step_start_ps = h.step_start_ps
-     AND e.step_end_ps = h.step_end_ps AND h.to_ps >= e.start_ps
-    ASOF LEFT JOIN gap_runs AS b
-      ON b.profile_id = h.profile_id AND b.device_id = h.device_id AND b.step_start_ps = h.step_start_ps
-     AND b.step_end_ps = h.step_end_ps AND h.from_ps >= b.start_ps
+    ASOF LEFT JOIN gap_runs AS e ON e.step_key = h.step_key AND h.to_ps >= e.start_ps
+    ASOF LEFT JOIN gap_runs AS b ON b.step_key = h.step_key AND h.from_ps >= b.start_ps
 ),
 by_name AS (
     SELECT profile_id, name, sum(ps) AS ps FROM gap_overlaps GROUP BY profile_id, name

@@ -158,10 +158,27 @@ window_idle AS (
      AND g.start_ps < w.window_end_ps AND g.end_ps > w.start_ps
     GROUP BY ALL
 ),
--- The PyTorch ops around each call: its parent chain among the cpu_ops of its thread. Only the threads of calls in
--- steps: nesting every thread that makes a sync call was most of this module's time, for calls outside any step.
+-- Each call's saving: its window's idle time, at most its duration.
+call_savings AS (
+    SELECT w.*, i.idle_ps AS window_idle_ps, least(i.idle_ps, w.dur_ps) AS saving_ps
+    FROM windows AS w
+    JOIN window_idle AS i USING (profile_id, device_id, event_id)
+),
+per_profile AS (
+    SELECT profile_id, sum(saving_ps) AS saving_ps, sum(window_idle_ps) AS window_idle_ps
+    FROM call_savings GROUP BY profile_id
+),
+-- The profiles whose calls save enough to report.
+firing AS (
+    SELECT p.profile_id
+    FROM per_profile AS p
+    JOIN profile_steps AS s USING (profile_id)
+    WHERE p.saving_ps / nullif(s.device_step_ps, 0) >= CAST($min_share AS DOUBLE)
+),
+-- The PyTorch ops around each call: its parent chain among the cpu_ops of its thread. Only the threads of the calls
+-- in steps of the profiles that report: nesting every thread that makes a sync call was most of this module's time.
 call_threads AS (
-    SELECT DISTINCT profile_id, track_id FROM windows
+    SELECT DISTINCT profile_id, track_id FROM windows WHERE profile_id IN (SELECT profile_id FROM firing)
 ),
 nesting_events AS (
     SELECT e.profile_id, e.track_id, e.event_id, e.start_ps, e.dur_ps
@@ -197,11 +214,11 @@ issuers AS (
     GROUP BY ALL
 ),
 per_call AS (
-    SELECT w.*, i.idle_ps AS window_idle_ps, least(i.idle_ps, w.dur_ps) AS saving_ps, o.outer_op, o.inner_op,
-        coalesce(o.outer_op, w.api) AS issuer,
-        coalesce(o.outer_op || CASE WHEN o.inner_op <> o.outer_op THEN ' > ' || o.inner_op ELSE '' END || ': ', '') || w.api AS call_path
-    FROM windows AS w
-    JOIN window_idle AS i USING (profile_id, device_id, event_id)
+    SELECT c.*, o.outer_op, o.inner_op,
+        coalesce(o.outer_op, c.api) AS issuer,
+        coalesce(o.outer_op || CASE WHEN o.inner_op <> o.outer_op THEN ' > ' || o.inner_op ELSE '' END || ': ', '') || c.api AS call_path
+    FROM call_savings AS c
+    SEMI JOIN firing USING (profile_id)
     LEFT JOIN issuers AS o USING (profile_id, event_id)
 ),
 paths AS (
@@ -233,10 +250,6 @@ call_time AS (
     FROM sync_calls SEMI JOIN per_call USING (profile_id, event_id)
     GROUP BY profile_id
 ),
-per_profile AS (
-    SELECT profile_id, sum(saving_ps) AS saving_ps, sum(window_idle_ps) AS window_idle_ps
-    FROM per_call GROUP BY profile_id
-),
 found AS (
     SELECT p.*, c.call_ps, c.calls, c.synchronize_calls, c.sync_copy_calls, c.pageable_dtoh_calls, c.apis,
         s.device_step_ps, s.step_ps, s.devices,
@@ -244,9 +257,9 @@ found AS (
         (SELECT arg_max(x.device, x.saving_ps) FROM per_step AS x WHERE x.profile_id = p.profile_id) AS worst_device,
         (SELECT arg_max(x.step, x.saving_ps) FROM per_step AS x WHERE x.profile_id = p.profile_id) AS worst_step
     FROM per_profile AS p
+    SEMI JOIN firing USING (profile_id)
     JOIN call_time AS c USING (profile_id)
     JOIN profile_steps AS s USING (profile_id)
-    WHERE p.saving_ps / nullif(s.device_step_ps, 0) >= CAST($min_share AS DOUBLE)
 )
 SELECT
     f.profile_id,

@@ -200,17 +200,25 @@ cumulative AS (
     ) AS BIGINT) AS before_ps
     FROM merged
 ),
-at_start AS (
-    SELECT w.*, coalesce(c.before_ps + least(greatest(w.start_ps - c.m_start_ps, 0), c.m_end_ps - c.m_start_ps), 0) AS busy_before_start
-    FROM windows AS w
+-- The busy time before each step's start and before its end, by one as-of join of both (each join sorts the merged
+-- intervals: one sort, not two).
+bounds AS (
+    SELECT profile_id, device_id, step_index, start_ps AS at_ps, false AS is_end FROM windows
+    UNION ALL
+    SELECT profile_id, device_id, step_index, end_ps, true FROM windows
+),
+busy_at AS MATERIALIZED (
+    SELECT b.profile_id, b.device_id, b.step_index, b.is_end,
+        coalesce(c.before_ps + least(greatest(b.at_ps - c.m_start_ps, 0), c.m_end_ps - c.m_start_ps), 0) AS busy_before
+    FROM bounds AS b
     ASOF LEFT JOIN cumulative AS c
-      ON w.profile_id = c.profile_id AND w.device_id = c.device_id AND w.start_ps >= c.m_start_ps
+      ON b.profile_id = c.profile_id AND b.device_id = c.device_id AND b.at_ps >= c.m_start_ps
 ),
 at_end AS (
-    SELECT w.*, coalesce(c.before_ps + least(greatest(w.end_ps - c.m_start_ps, 0), c.m_end_ps - c.m_start_ps), 0) AS busy_before_end
-    FROM at_start AS w
-    ASOF LEFT JOIN cumulative AS c
-      ON w.profile_id = c.profile_id AND w.device_id = c.device_id AND w.end_ps >= c.m_start_ps
+    SELECT w.*, s.busy_before AS busy_before_start, e.busy_before AS busy_before_end
+    FROM windows AS w
+    JOIN busy_at AS s ON s.profile_id = w.profile_id AND s.device_id = w.device_id AND s.step_index = w.step_index AND NOT s.is_end
+    JOIN busy_at AS e ON e.profile_id = w.profile_id AND e.device_id = w.device_id AND e.step_index = w.step_index AND e.is_end
 )
 SELECT
     a.profile_id, a.device_id, b.device, b.device_kind, a.step_index, a.step, a.step_name, a.source,
