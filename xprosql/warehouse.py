@@ -1410,7 +1410,11 @@ class Warehouse:
                                 RemoveAction(self._relative(table, f.path), False, stamp)
                                 for f in snap.files.get(table, ()))
                     if derive is not None and fresh:
-                        self._store(snap, fresh, derive, target_rows, staging.directory, actions, written, report)
+                        # From the files this compaction publishes, as the job tables below: a few large files in
+                        # profile order read faster than a file per profile (the stored tables of 100 profiles:
+                        # 9.6-9.7 s from their own files, 6.5-6.8 s from packed ones).
+                        self._store(self._published(snap, actions, snap.stored, snap.stored_jobs), fresh, derive,
+                                    target_rows, staging.directory, actions, written, report)
                     if derive_jobs is not None and not quiet:
                         # The job analyses read what this compaction publishes (packed files, the rows just stored),
                         # as a query after it would: not every fresh profile's events again.
