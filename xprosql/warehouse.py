@@ -1363,8 +1363,9 @@ class Warehouse:
         not stored yet, then vacuum.
 
         ``derive(snapshot)`` computes the per-profile rows (``xprosql.engine.derive_stored_tables``),
-        ``derive_jobs(snapshot)`` the job tables (``xprosql.queries.job_critical_path.derive_job_tables``) over the
-        warehouse as this compaction publishes it (its packed files and the rows it stores, placed but not yet in a log);
+        ``derive_jobs(snapshot)`` the job tables (``xprosql.queries.job_critical_path.derive_job_tables``), both over
+        the warehouse as this compaction publishes it (its packed files, placed but not yet in a log; the job tables
+        also over the rows just stored);
         ``xprosql.compact`` passes both. Without them nothing is stored, and analyses compute it at query time.
         Ingests wait for the commit lock meanwhile; readers do not (a snapshot taken before keeps its files: see the
         module docstring). Returns None when ``wait`` is False and another commit or compaction holds the lock.

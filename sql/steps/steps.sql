@@ -214,7 +214,7 @@ busy_at AS MATERIALIZED (
     ASOF LEFT JOIN cumulative AS c
       ON b.profile_id = c.profile_id AND b.device_id = c.device_id AND b.at_ps >= c.m_start_ps
 ),
-at_end AS (
+with_busy AS (
     SELECT w.*, s.busy_before AS busy_before_start, e.busy_before AS busy_before_end
     FROM windows AS w
     JOIN busy_at AS s ON s.profile_id = w.profile_id AND s.device_id = w.device_id AND s.step_index = w.step_index AND NOT s.is_end
@@ -228,6 +228,6 @@ SELECT
     CAST((a.end_ps - a.start_ps) - (a.busy_before_end - a.busy_before_start) AS BIGINT) AS idle_ps,
     (a.busy_before_end - a.busy_before_start) / nullif(a.end_ps - a.start_ps, 0) AS busy_fraction,
     a.complete
-FROM at_end AS a
+FROM with_busy AS a
 JOIN busy_devices AS b USING (profile_id, device_id)
 ORDER BY a.profile_id, a.device_id, a.step_index
