@@ -91,7 +91,7 @@ def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
 
 
 def _layer(module: str) -> int:
-    if module in ("xprosql._version", "xprosql.errors", "xprosql._duckdb") or module.startswith(
+    if module in ("xprosql._version", "xprosql.errors", "xprosql._duckdb", "xprosql._numba") or module.startswith(
             ("xprosql.models", "xprosql.protos")):
         return 0
     if module == "xprosql.warehouse":
