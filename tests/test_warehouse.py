@@ -5,6 +5,7 @@ from __future__ import annotations
 import datetime as dt
 import json
 import multiprocessing
+import pickle
 import re
 import shutil
 import subprocess
@@ -25,6 +26,7 @@ from test_batch import SMALL_KINETO, table_digest
 
 import xprosql
 from xprosql.engine.connection import tables_named
+from xprosql.engine.library import library
 from xprosql.errors import WarehouseError
 from xprosql.ingest import profile_id_of
 from xprosql.models import TABLES
@@ -303,6 +305,28 @@ def test_an_engine_makes_the_views_its_queries_name_and_answers_alike(xspace_war
     opened = xprosql.load(xspace_warehouse)
     opened.connection  # noqa: B018 (every view made first)
     assert opened.roofline().arrow().equals(narrowed)
+
+
+def test_a_snapshot_reads_the_log_of_a_table_when_a_query_first_names_it(xspace_warehouse: Path,
+                                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    read: list[str] = []
+    files_at = Warehouse._files_at
+    monkeypatch.setattr(Warehouse, "_files_at", lambda self, table, version: read.append(table) or files_at(self, table, version))
+    named = {"profiles", *tables_named(library().runnable("ops.roofline")[0])}
+    run = xprosql.load(xspace_warehouse)
+    assert run.roofline().arrow().num_rows > 0
+    assert "op_stats" in read and set(read) <= named and len(named) < len(TABLES) / 2
+    one = xprosql.load(xspace_warehouse, profiles=[profile_id_of(TPU_SAMPLE.read_bytes())])
+    assert 0 < one.roofline().arrow().num_rows < run.roofline().arrow().num_rows
+    assert set(read) <= named
+    assert run.sql("SELECT count(*) FROM events").rows()[0][0] > 0  # the public connection: every table
+    assert set(read) == {t for t in TABLES if Warehouse(xspace_warehouse)._has_table(t)}
+    # A Dask task gets a snapshot as plain data: every table's files, those of the tables with rows not empty.
+    for snapshot in (run.engine.snapshot, one.engine.snapshot):
+        copied = pickle.loads(pickle.dumps(snapshot))
+        assert type(copied.files) is dict and copied == snapshot
+        counts = xprosql.load(xspace_warehouse, profiles=snapshot.profile_ids).row_counts()
+        assert {t for t, files in copied.files.items() if files} == {t for t in TABLES if counts[t]}
 
 
 def test_empty_warehouse_has_every_table(tmp_path: Path) -> None:

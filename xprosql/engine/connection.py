@@ -139,7 +139,7 @@ def snapshot_connection(snapshot: Snapshot, *, arrow: Mapping[str, pa.Table] | N
                         tables: Iterable[str] | None = None) -> duckdb.DuckDBPyConnection:
     """Views over the files of ``snapshot`` (``arrow``, ``tables``: as in :func:`connect_views`)."""
     tables = list(TABLES if tables is None else tables)
-    return connect_views({table: snapshot.scan_sql(table) for table in tables}, arrow=arrow,
+    return connect_views(snapshot.scan_sqls(tables), arrow=arrow,
                          filesystem=snapshot.filesystem(), tables=tables)
 
 

@@ -225,7 +225,7 @@ class Engine:
         if self._connection is None:
             self._connection = snapshot_connection(self.snapshot, tables=())
         if missing := [t for t in tables if t not in self._views]:
-            add_views(self._connection, {t: self.snapshot.scan_sql(t) for t in missing}, missing)
+            add_views(self._connection, self.snapshot.scan_sqls(missing), missing)
             self._views.update(missing)
         return self._connection
 
