@@ -346,7 +346,7 @@ per_device AS (
         CAST(sum(vmem_write_each * occurrences) AS DOUBLE) AS vmem_write_bytes,
         CAST(sum(cmem_read_each * occurrences) AS DOUBLE) AS cmem_read_bytes,
         CAST(sum(cmem_write_each * occurrences) AS DOUBLE) AS cmem_write_bytes,
-        -- (a list, not count(DISTINCT ...): a distinct aggregate made DuckDB split the whole aggregation, a sixth of the query)
+        -- (a list, not count(DISTINCT ...): a distinct aggregate made DuckDB split the whole aggregation, about a quarter of the query)
         CAST(greatest(len(list_distinct(list(xla_device) FILTER (WHERE xla_device IS NOT NULL))), 1) AS BIGINT) AS xla_devices,
         key_source, key_context
     FROM costed
