@@ -32,11 +32,13 @@ import xprosql
 from xprosql.errors import AnalysisError
 from xprosql.queries.critical_path import (
     BOUND_BY,
+    Walk,
     _topological,
     _topological_compiled,
     critical_path,
     critical_path_edges,
     critical_path_graph,
+    replay,
 )
 
 # Slow (tests/conftest.py): every rule or analysis over every real sample; `--runslow` runs them (CI does).
@@ -282,3 +284,29 @@ def test_both_topological_walks_take_the_ready_node_of_the_lowest_position(data:
                 walk(*arrays)
         else:
             assert walk(*arrays).tolist() == expected
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.data())
+def test_one_walk_replays_its_graph_with_any_weights_as_a_fresh_replay_and_the_longest_paths_do(data: st.DataObject) -> None:
+    # A DAG whose edges run from lower to higher node index, in time order with ties (so some edges run against the
+    # (time, id) order and the topological walk decides), with arbitrary node ids.
+    n = data.draw(st.integers(2, 16))
+    times = sorted(data.draw(st.lists(st.integers(0, 4), min_size=n, max_size=n)))
+    ids = data.draw(st.lists(st.integers(0, 2**40), min_size=n, max_size=n, unique=True))
+    pairs = data.draw(st.lists(st.tuples(st.integers(0, n - 1), st.integers(0, n - 1)).filter(lambda p: p[0] < p[1]),
+                               min_size=1, max_size=30))
+    src, dst = np.array([ids[a] for a, _ in pairs]), np.array([ids[b] for _, b in pairs])
+    src_ts, dst_ts = np.array([times[a] for a, _ in pairs]), np.array([times[b] for _, b in pairs])
+    order = np.arange(len(pairs)) % 3
+    for compiled in (False, True):
+        walk = Walk.of(src, dst, src_ts, dst_ts, order, compiled=compiled)
+        for _ in range(2):
+            weight = np.array(data.draw(st.lists(st.integers(0, 100), min_size=len(pairs), max_size=len(pairs))))
+            node_ids, dist, best, _, _ = replay(src, dst, weight, src_ts, dst_ts, order, compiled=compiled)
+            assert all(np.array_equal(a, b) for a, b in zip(walk.relax(weight), (dist, best), strict=True))
+            longest = [0] * n  # node index order is a topological order here
+            for v in range(n):
+                longest[v] = max((longest[a] + int(w) for (a, b), w in zip(pairs, weight, strict=True) if b == v), default=0)
+            assert dict(zip(node_ids.tolist(), dist.tolist(), strict=True)) == {
+                ids[v]: longest[v] for v in {x for pair in pairs for x in pair}}

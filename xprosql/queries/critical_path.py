@@ -47,8 +47,8 @@ from xprosql.engine.executor import SHARE_EVENTS
 from xprosql.engine.library import used_parameters
 from xprosql.queries._params import Profiles, given
 
-__all__ = ["BOUND_BY", "COMPILED_EDGES", "critical_path", "critical_path_edges", "critical_path_graph", "longest_path",
-           "replay"]
+__all__ = ["BOUND_BY", "COMPILED_EDGES", "Walk", "critical_path", "critical_path_edges", "critical_path_graph",
+           "longest_path", "replay"]
 
 # HTA's bound_by categories, in its order.
 BOUND_BY = ("cpu_bound", "gpu_compute_bound", "gpu_communication_bound", "gpu_kernel_kernel_overhead",
@@ -277,27 +277,49 @@ def replay(src: np.ndarray, dst: np.ndarray, weight: np.ndarray, src_ts: np.ndar
     install) or in Python; by default, graphs of :data:`COMPILED_EDGES` edges or more are walked compiled. A caller
     walking many small parts of a large graph passes True.
     """
-    m = len(src)
-    ts = np.concatenate([src_ts, dst_ts])
-    ids, inverse = np.unique(np.concatenate([src, dst]), return_inverse=True)
-    n = len(ids)
-    s, d = inverse[:m].astype(np.int64), inverse[m:].astype(np.int64)
-    node_ts = np.zeros(n, dtype=np.int64)
-    node_ts[inverse] = ts
-    visit = np.lexsort((ids, node_ts)).astype(np.int64)
-    position = np.empty(n, dtype=np.int64)
-    position[visit] = np.arange(n)
-    if compiled is None:
-        compiled = m >= COMPILED_EDGES
-    if np.any(position[s] >= position[d]):
-        visit = _topological_compiled(n, s, d, position) if compiled else _topological(n, s, d, position)
+    walk = Walk.of(src, dst, src_ts, dst_ts, order, compiled=compiled)
+    dist, best_edge = walk.relax(weight)
+    return walk.ids, dist, best_edge, walk.source, walk.visit
+
+
+class Walk:
+    """The order a replay visits a graph's nodes and their incoming edges in (:func:`replay`), whatever the edges'
+    weights: a graph replayed with other weights (a what-if and its baseline) is ordered once. Sorting the node ids
+    and the topological order are most of a replay; relaxing the edges is a tenth."""
+
+    def __init__(self, ids: np.ndarray, source: np.ndarray, visit: np.ndarray, starts: np.ndarray,
+                 in_edges: np.ndarray, compiled: bool) -> None:
+        self.ids, self.source, self.visit, self.compiled = ids, source, visit, compiled
+        self._starts, self._in_edges = starts, in_edges
+
+    @classmethod
+    def of(cls, src: np.ndarray, dst: np.ndarray, src_ts: np.ndarray, dst_ts: np.ndarray, order: np.ndarray, *,
+           compiled: bool | None = None) -> Walk:
+        """The walk of the graph of these edges (as :func:`replay` takes them)."""
+        m = len(src)
+        ts = np.concatenate([src_ts, dst_ts])
+        ids, inverse = np.unique(np.concatenate([src, dst]), return_inverse=True)
+        n = len(ids)
+        s, d = inverse[:m].astype(np.int64), inverse[m:].astype(np.int64)
+        node_ts = np.zeros(n, dtype=np.int64)
+        node_ts[inverse] = ts
+        visit = np.lexsort((ids, node_ts)).astype(np.int64)
+        position = np.empty(n, dtype=np.int64)
         position[visit] = np.arange(n)
-    # Incoming edges per node, in HTA's order of adding them.
-    by_dst = np.lexsort((order, position[d])).astype(np.int64)
-    starts = np.searchsorted(position[d][by_dst], np.arange(n + 1)).astype(np.int64)
-    relax = _relax_compiled if compiled else _relax
-    dist, best_edge = relax(visit, starts, by_dst, s, np.asarray(weight, dtype=np.int64))
-    return ids, dist, best_edge, s, visit
+        if compiled is None:
+            compiled = m >= COMPILED_EDGES
+        if np.any(position[s] >= position[d]):
+            visit = _topological_compiled(n, s, d, position) if compiled else _topological(n, s, d, position)
+            position[visit] = np.arange(n)
+        # Incoming edges per node, in HTA's order of adding them.
+        by_dst = np.lexsort((order, position[d])).astype(np.int64)
+        starts = np.searchsorted(position[d][by_dst], np.arange(n + 1)).astype(np.int64)
+        return cls(ids, s, visit, starts, by_dst, compiled)
+
+    def relax(self, weight: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Each node's distance and best incoming edge with the edges weighing ``weight`` (:func:`replay`)."""
+        relax = _relax_compiled if self.compiled else _relax
+        return relax(self.visit, self._starts, self._in_edges, self.source, np.asarray(weight, dtype=np.int64))
 
 
 # Graphs this large are walked by compiled loops: below it the Python loop is done before numba is imported.

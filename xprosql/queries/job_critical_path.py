@@ -50,7 +50,7 @@ from xprosql.engine import Engine, Result
 from xprosql.errors import NotApplicableWarning
 from xprosql.models.tables import PARTITION_COLUMN, table_schema
 from xprosql.queries._params import Profiles, given
-from xprosql.queries.critical_path import _EDGE_ORDER, BOUND_BY, COMPILED_EDGES, _factors, replay
+from xprosql.queries.critical_path import _EDGE_ORDER, BOUND_BY, COMPILED_EDGES, Walk, _factors, replay
 from xprosql.warehouse import JobRows, Snapshot
 
 __all__ = ["JOB_BATCH_EVENTS", "JOB_BOUND_BY", "LikeMedian", "derive_job_tables", "job_critical_path", "job_critical_path_graph",
@@ -426,7 +426,7 @@ def _in_replay_order(graph: pa.Table) -> Any:
 
 
 # Job id -> the node ids and distances of its graph replayed unchanged (the baseline of a replay with changes).
-_Baselines = dict[str, tuple[np.ndarray, np.ndarray]]
+_Baselines = dict[str, tuple[Walk, np.ndarray]]  # job_id -> the unchanged graph's walk and its nodes' distances
 
 
 def _replay(frame: Any, plan: _Plan, *, want_segments: bool,
@@ -482,17 +482,21 @@ def _replay(frame: Any, plan: _Plan, *, want_segments: bool,
         if plan.like_median is not None:
             notes += _like_median(part, rows, w, src_key, new_dst, src_ts, dst_ts, order, kind, is_compute,
                                   plan.like_median, job_id, compiled=compiled)
-        ids, dist, best, source, _ = replay(src_key[rows], new_dst[rows], w, src_ts[rows], dst_ts[rows], order[rows],
-                                            compiled=compiled)
-        if plan.empty:
-            base_ids, base_dist = ids, dist
-        elif baselines is not None and job_id in baselines:
-            base_ids, base_dist = baselines[job_id]
+        known = baselines.get(job_id) if baselines is not None else None
+        base_walk = known[0] if known else Walk.of(src_key[every], dst_key[every], src_ts[every], dst_ts[every],
+                                                   order[every], compiled=compiled)
+        # Without removals the changed graph has the unchanged one's edges, ends and times: the same walk.
+        walk = base_walk if not plan.remove else Walk.of(src_key[rows], new_dst[rows], src_ts[rows], dst_ts[rows],
+                                                         order[rows], compiled=compiled)
+        dist, best = walk.relax(w)
+        ids, source = walk.ids, walk.source
+        if known:
+            base_dist = known[1]
         else:
-            base_ids, base_dist, *_ = replay(src_key[every], dst_key[every], unchanged[every], src_ts[every],
-                                             dst_ts[every], order[every], compiled=compiled)
+            base_dist = dist if plan.empty else base_walk.relax(unchanged[every])[0]
+        base_ids = base_walk.ids
         if baselines is not None:
-            baselines[job_id] = (base_ids, base_dist)
+            baselines[job_id] = (base_walk, base_dist)
         # One edge enters each window (start_skew into a member's first, step_gap into the next ones): its row
         # carries the window and what the member's trace lacks there.
         windows = (_rows_of(frame, every).filter(pl.col("edge_kind").is_in(["start_skew", "step_gap"]))
