@@ -285,7 +285,7 @@ def replay(src: np.ndarray, dst: np.ndarray, weight: np.ndarray, src_ts: np.ndar
 class Walk:
     """The order a replay visits a graph's nodes and their incoming edges in (:func:`replay`), whatever the edges'
     weights: a graph replayed with other weights (a what-if and its baseline) is ordered once. Sorting the node ids
-    and the topological order are most of a replay; relaxing the edges is a tenth."""
+    and the topological order were nearly all of the whole-job replays of the 100-profile corpus's job tables."""
 
     def __init__(self, ids: np.ndarray, source: np.ndarray, visit: np.ndarray, starts: np.ndarray,
                  in_edges: np.ndarray, compiled: bool) -> None:

@@ -425,8 +425,8 @@ def _in_replay_order(graph: pa.Table) -> Any:
                        "weight_ps", "event_id"], nulls_last=True)
 
 
-# Job id -> the node ids and distances of its graph replayed unchanged (the baseline of a replay with changes).
-_Baselines = dict[str, tuple[Walk, np.ndarray]]  # job_id -> the unchanged graph's walk and its nodes' distances
+# Job id -> the walk of its graph and the nodes' distances replayed unchanged (the baseline of a replay with changes).
+_Baselines = dict[str, tuple[Walk, np.ndarray]]
 
 
 def _replay(frame: Any, plan: _Plan, *, want_segments: bool,
