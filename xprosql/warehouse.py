@@ -700,7 +700,8 @@ class Snapshot:
     """The files of a set of committed profiles at one warehouse version: what a reader reads.
 
     Plain data (picklable): a Dask task gets a share of it. ``files`` holds each table's data files at the
-    version ``profiles`` version ``version`` pins; ``stored`` the profiles whose compaction-derived tables
+    version ``profiles`` version ``version`` pins, read from the table's log when first asked for (a log that cannot
+    be read raises WarehouseError then, naming the table); ``stored`` the profiles whose compaction-derived tables
     (``PACK_DERIVED_TABLES``) hold their rows; ``universe`` every profile of the version (what a file's
     ``profile_id`` range can hold), of which ``profile_ids`` is the part read.
 
