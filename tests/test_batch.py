@@ -149,6 +149,28 @@ def test_a_profile_failing_to_derive_fails_alone_in_its_chunk(tmp_path: Path, mo
 
 
 @pytest.mark.slow
+def test_the_derive_connection_is_closed_before_the_commit(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # What DuckDB holds after deriving (tens of MB after a large profile) must not add to the commit's memory.
+    from xprosql.ingest.derived import Deriver
+
+    open_at_commit: list[bool] = []
+    real_commit, real_init = Warehouse.commit, Deriver.__init__
+    derivers: list[Deriver] = []
+
+    def init(self: Deriver) -> None:
+        real_init(self)
+        derivers.append(self)
+
+    def commit(self: Warehouse, *args: object, **kwargs: object) -> object:
+        open_at_commit.extend(deriver._con is not None for deriver in derivers)
+        return real_commit(self, *args, **kwargs)
+
+    monkeypatch.setattr(Deriver, "__init__", init)
+    monkeypatch.setattr(Warehouse, "commit", commit)
+    assert xprosql.ingest([TPU_SAMPLE, TEST_DATA / "kineto" / "cpu_only.json.gz"], into=tmp_path / "run", compact=False).ok
+    assert derivers and open_at_commit == [False] * len(derivers)
+
+
 def test_parallel_equals_serial_and_skips_by_content(logs: Path, serial_warehouse: Path, tmp_path: Path) -> None:
     bad = tmp_path / "extra"
     bad.mkdir()

@@ -499,6 +499,7 @@ def _ingest_chunk(items: Sequence[tuple[_Source, Mapping[str, str]]], warehouse:
                 break
         if pending:
             derive_pending()
+        deriver.close()  # what DuckDB holds after deriving a large profile is not kept through the commit
         if staged:
             if _PARENT is not None and os.getppid() != _PARENT:
                 for index, (result, _) in staged.items():

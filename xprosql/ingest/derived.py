@@ -188,6 +188,9 @@ def _file_rows(name: str, rows: pa.Table) -> pa.Table:
 
 def _derived(con: duckdb.DuckDBPyConnection) -> Iterator[tuple[str, pa.Table]]:
     """The derived tables (``profile_id`` first), from the views of ``con``, each one readable by the next as it is made."""
+    # Decoding's Arrow memory, freed, stays with Arrow's allocator for its next use; DuckDB allocates its own. Handed
+    # back first, it is not held beside DuckDB's (the peak of a 32 MB file's ingest: benchmarks/RESULTS.md).
+    pa.default_memory_pool().release_unused()
     lib = library()
     # The PyTorch modules place GPU work in the op tree of a Kineto trace's cpu_op events: without any (an XSpace
     # profile) they have no rows, and planning their SQL was a third of deriving the TPU sample (40 of 120 ms).
