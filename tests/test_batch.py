@@ -148,7 +148,6 @@ def test_a_profile_failing_to_derive_fails_alone_in_its_chunk(tmp_path: Path, mo
     assert not list((tmp_path / "run" / "_xprosql").glob("staging-*")), "the failed profile's staged files are gone"
 
 
-@pytest.mark.slow
 def test_the_derive_connection_is_closed_before_the_commit(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     # What DuckDB holds after deriving (tens of MB after a large profile) must not add to the commit's memory.
     from xprosql.ingest.derived import Deriver
@@ -171,6 +170,7 @@ def test_the_derive_connection_is_closed_before_the_commit(tmp_path: Path, monke
     assert derivers and open_at_commit == [False] * len(derivers)
 
 
+@pytest.mark.slow
 def test_parallel_equals_serial_and_skips_by_content(logs: Path, serial_warehouse: Path, tmp_path: Path) -> None:
     bad = tmp_path / "extra"
     bad.mkdir()
