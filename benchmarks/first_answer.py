@@ -7,8 +7,9 @@ Run (a checkout of the older xprosql, run with the same interpreter)::
 
 Each round runs, for each tree in turn, ``xprosql ingest`` of the 0.86 MB TPU sample into a fresh warehouse then
 ``xprosql roofline`` of it as one shell command (issue #34's "ingest + first analysis"), then ``xprosql roofline DIR``
-and ``xprosql tables DIR`` on that warehouse. Alternating the trees round by round puts a noisy machine's slow minutes
-on both sides; the differences here are tens of ms, below what best-of-N on one side then the other can tell.
+and ``xprosql tables DIR`` on that warehouse, then ``xprosql ingest`` of each of ``--ingest`` (e.g. the 32 MB file of
+make_large_xspace.py), whose peak RSS is reported too. Alternating the trees round by round puts a noisy machine's slow
+minutes on both sides; the differences here are tens of ms, below what best-of-N on one side then the other can tell.
 """
 
 from __future__ import annotations
@@ -24,7 +25,11 @@ import tempfile
 import time
 from pathlib import Path
 
-REPOSITORY = Path(__file__).resolve().parents[1]
+HERE = Path(__file__).resolve().parent
+REPOSITORY = HERE.parent
+sys.path.insert(0, str(HERE))
+from startup import run  # noqa: E402
+
 SMALL = REPOSITORY / "tests" / "data" / "xspace" / "tpu_v6e_inference.xplane.pb"
 ROWS = ("ingest && roofline", "roofline DIR", "tables DIR")
 
@@ -40,10 +45,12 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--before", type=Path, required=True, help="an older checkout to compare with")
     parser.add_argument("--rounds", type=int, default=12)
+    parser.add_argument("--ingest", type=Path, nargs="*", default=[], help="more files, each ingested alone")
     args = parser.parse_args()
     trees = {"before": args.before.resolve(), "after": REPOSITORY}
     cli = f"{shlex.quote(sys.executable)} -m xprosql.cli"
     times: dict[tuple[str, str], list[float]] = {(tree, row): [] for tree in trees for row in ROWS}
+    ingests: dict[tuple[str, Path], list[tuple[float, float, float]]] = {(t, p): [] for t in trees for p in args.ingest}
     with tempfile.TemporaryDirectory() as scratch:
         warehouse = Path(scratch) / "run"
         for _ in range(args.rounds):
@@ -53,10 +60,20 @@ def main() -> None:
                     f"{cli} ingest {shlex.quote(str(SMALL))} --into {warehouse} --quiet && {cli} roofline {warehouse}", tree))
                 times[name, ROWS[1]].append(_seconds(f"{cli} roofline {warehouse}", tree))
                 times[name, ROWS[2]].append(_seconds(f"{cli} tables {warehouse}", tree))
+                for path in args.ingest:
+                    ingests[name, path].append(run([sys.executable, "-m", "xprosql.cli", "ingest", str(path), "--into",
+                                                    str(warehouse), "--quiet"], tree=tree, repeat=1, fresh=warehouse))
     print("| what | before: median, best | after: median, best |\n|---|---|---|")
     for row in ROWS:
         cells = [f"{statistics.median(times[t, row]):.3f} s, {min(times[t, row]):.3f} s" for t in trees]
         print(f"| `xprosql {row}` | {cells[0]} | {cells[1]} |")
+    for path in args.ingest:
+        cells = []
+        for t in trees:
+            wall, rss = [r[0] for r in ingests[t, path]], [r[2] for r in ingests[t, path]]
+            cells.append(f"{statistics.median(wall):.3f} s, {min(wall):.3f} s; peak RSS median {statistics.median(rss):.0f} MB "
+                         f"({min(rss):.0f}-{max(rss):.0f})")
+        print(f"| `xprosql ingest {path.name}` | {cells[0]} | {cells[1]} |")
 
 
 if __name__ == "__main__":
