@@ -134,9 +134,11 @@ _FRAGMENTS = [*CREDENTIALS.values(), *KEYED.values(), *(f'"{k}": "v1"' for k in 
               '"', ":", "=", " ", "_", "-", ".", "\n", "{", "}", ",", "abc", "Z9", "sk-", "eyJ"]
 
 
+_VALUE = st.one_of(st.none(), st.lists(st.sampled_from(_FRAGMENTS), max_size=8).map("".join), st.text(max_size=12))
+
+
 @settings(max_examples=300, deadline=None)
-@given(st.lists(st.one_of(st.none(), st.lists(st.sampled_from(_FRAGMENTS), max_size=8).map("".join), st.text(max_size=12)),
-                max_size=12))
+@given(st.lists(_VALUE, max_size=12))
 def test_the_prefilter_changes_no_result(values: list[str | None]) -> None:
     """Only the values holding a rule's literal are searched by the rules: the same values and counts as all searched."""
     column = pa.array(values, pa.string())
@@ -145,3 +147,23 @@ def test_the_prefilter_changes_no_result(values: list[str | None]) -> None:
     assert replaced.to_pylist() == expected.to_pylist()
     as_list = [0] * len(values) if counts is None else counts.to_pylist()
     assert as_list == ([0] * len(values) if expected_counts is None else expected_counts.to_pylist())
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.data())
+def test_a_batch_is_redacted_as_its_columns_are_one_by_one(data: st.DataObject) -> None:
+    """A batch's text columns are prefiltered together (one search): the same values and count as column by column."""
+    rows = data.draw(st.integers(0, 6))
+    arrays = []
+    for kind in data.draw(st.lists(st.sampled_from(["string", "large_string", "dictionary", "int64"]), min_size=1, max_size=5)):
+        if kind == "int64":
+            arrays.append(pa.array(data.draw(st.lists(st.integers(-5, 5), min_size=rows, max_size=rows)), pa.int64()))
+            continue
+        values = data.draw(st.lists(_VALUE, min_size=rows, max_size=rows))
+        arrays.append(pa.array(values, pa.string()).dictionary_encode() if kind == "dictionary"
+                      else pa.array(values, pa.string() if kind == "string" else pa.large_string()))
+    batch = pa.RecordBatch.from_arrays(arrays, names=[f"c{i}" for i in range(len(arrays))])
+    together, one_by_one = Redactor(), Redactor()
+    expected = pa.RecordBatch.from_arrays([one_by_one._column(column) for column in arrays], names=batch.schema.names)
+    assert together.batch("events", batch).to_pylist() == expected.to_pylist()
+    assert together.count == one_by_one.count

@@ -219,6 +219,20 @@ def test_an_empty_new_folder_is_removed_only_while_no_ingest_is_staging_into_it(
     assert not root.exists()
 
 
+def test_a_staged_profile_writes_files_only_for_the_tables_with_rows(tmp_path: Path) -> None:
+    """An empty file would never be committed: most of a profile's tables are empty, and each file costs the writer."""
+    warehouse = Warehouse(tmp_path / "run")
+    with warehouse.stage("0" * 16) as staged:
+        devices = TABLES["devices"]
+        staged.write("devices", pa.RecordBatch.from_arrays([pa.nulls(2, field.type) for field in devices], schema=devices))
+        staged.write("tracks", pa.RecordBatch.from_pylist([], schema=TABLES["tracks"]))  # a batch of no rows
+        staged.finish()
+        assert sorted(path.name for path in staged.directory.glob("*.parquet")) == ["devices.parquet"]
+        assert pq.read_table(staged.file("devices")).num_rows == 2
+        assert staged.rows["devices"] == 2 and sum(staged.rows.values()) == 2
+        staged.discard()
+
+
 @pytest.mark.slow
 def test_time_travel_returns_the_earlier_snapshot(tmp_path: Path) -> None:
     root = tmp_path / "run"

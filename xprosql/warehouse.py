@@ -541,7 +541,8 @@ class StagedProfile:
         self._in_flight: deque[Future[None]] = deque()
 
     def file(self, table: str) -> Path:
-        """The staged Parquet file of ``table`` (written once :meth:`finish` closed it)."""
+        """The staged Parquet file of ``table`` (written once :meth:`finish` closed it; none for a table without
+        rows)."""
         return self.directory / f"{table}.parquet"
 
     def write(self, table: str, batch: pa.RecordBatch) -> None:
@@ -589,12 +590,16 @@ class StagedProfile:
             self._in_flight.popleft().result()
 
     def finish(self, tables: Iterable[str] | None = None) -> None:
-        """Close the files of ``tables`` (default: every table; each gets one). Closed files take no more rows."""
+        """Close the files of ``tables`` (default: every table; each with rows gets one). Closed files take no more
+        rows."""
         for table in TABLES if tables is None else tables:
             if table in self._closed:
                 continue
-            self._flush(table)
-            self._submit(self._close_file, table)
+            # A file of no rows is never committed: a profile leaves about half of the tables empty, and their empty
+            # files cost the writer a tenth to a sixth of its CPU on the corpus's small profiles.
+            if self.rows[table]:
+                self._flush(table)
+                self._submit(self._close_file, table)
             self._closed.add(table)
         self._wait()
         if tables is None:

@@ -120,7 +120,7 @@ class Deriver:
         # One profile: its id is dropped from the result, and an empty one is the cheapest key to sort by.
         views, decoded = _tables_read()
         sources = {table: f"SELECT * REPLACE ('' AS profile_id) FROM read_parquet({_quoted(str(staged.file(table)))})"
-                   for table in decoded}
+                   for table in decoded if staged.rows[table]}  # a table without rows has no file: its view is empty
         con = connect_views(sources, config={"memory_limit": DERIVE_MEMORY_LIMIT,
                                              "temp_directory": str(staged.directory / ".spill")}, tables=views)
         try:
