@@ -595,8 +595,8 @@ class StagedProfile:
         for table in TABLES if tables is None else tables:
             if table in self._closed:
                 continue
-            # A file of no rows is never committed: a profile leaves about half of the tables empty, and their empty
-            # files cost the writer a tenth to a sixth of its CPU on the corpus's small profiles.
+            # A file of no rows is never committed: a profile leaves about half of the tables empty, and each empty
+            # file cost the writer about a millisecond (benchmarks/RESULTS.md, "Empty staged files").
             if self.rows[table]:
                 self._flush(table)
                 self._submit(self._close_file, table)
