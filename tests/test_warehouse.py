@@ -12,6 +12,7 @@ import subprocess
 import sys
 import textwrap
 import time
+from collections.abc import Sequence
 from pathlib import Path
 
 import duckdb
@@ -30,7 +31,7 @@ from xprosql.engine.library import library
 from xprosql.errors import WarehouseError
 from xprosql.ingest import profile_id_of
 from xprosql.models import TABLES
-from xprosql.warehouse import _CHECKPOINT_INTERVAL, UNSIGNED_COLUMNS, Warehouse, file_schema
+from xprosql.warehouse import _CHECKPOINT_INTERVAL, UNSIGNED_COLUMNS, StagedProfile, Warehouse, file_schema
 
 KINETO = [TEST_DATA / "kineto" / f"{name}.json.gz" for name in SMALL_KINETO]
 
@@ -219,13 +220,32 @@ def test_an_empty_new_folder_is_removed_only_while_no_ingest_is_staging_into_it(
     assert not root.exists()
 
 
-def test_a_staged_profile_writes_files_only_for_the_tables_with_rows(tmp_path: Path) -> None:
-    """An empty file would never be committed: most of a profile's tables are empty, and each file costs the writer."""
-    warehouse = Warehouse(tmp_path / "run")
+def test_a_staged_profile_writes_files_only_for_the_tables_with_rows(tmp_path: Path,
+                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    """An empty file would never be committed: the real TPU sample leaves about half of the tables empty, and each
+    file costs the writer."""
+    staged_files: list[tuple[set[str], set[str]]] = []  # per staged profile: its files, its tables with rows
+    commit = Warehouse.commit
+
+    def observed_commit(self: Warehouse, staged: Sequence[StagedProfile]) -> list[bool]:
+        for item in staged:
+            item.finish()
+            staged_files.append(({path.stem for path in item.directory.glob("*.parquet")},
+                                 {table for table, rows in item.rows.items() if rows}))
+        return commit(self, staged)
+
+    monkeypatch.setattr(Warehouse, "commit", observed_commit)
+    assert xprosql.ingest(TPU_SAMPLE, into=tmp_path / "run").ok
+    [(files, tables_with_rows)] = staged_files
+    assert files == tables_with_rows and "events" in files
+    assert len(files) < len(TABLES)
+
+    # Hand-made, as no real profile shows it: a batch of no rows, beside one with rows.
+    warehouse = Warehouse(tmp_path / "other")
     with warehouse.stage("0" * 16) as staged:
         devices = TABLES["devices"]
         staged.write("devices", pa.RecordBatch.from_arrays([pa.nulls(2, field.type) for field in devices], schema=devices))
-        staged.write("tracks", pa.RecordBatch.from_pylist([], schema=TABLES["tracks"]))  # a batch of no rows
+        staged.write("tracks", pa.RecordBatch.from_pylist([], schema=TABLES["tracks"]))
         staged.finish()
         assert sorted(path.name for path in staged.directory.glob("*.parquet")) == ["devices.parquet"]
         assert pq.read_table(staged.file("devices")).num_rows == 2
