@@ -20,7 +20,7 @@ from hypothesis import strategies as st
 
 import xprosql
 from xprosql.cli import main
-from xprosql.ingest.secrets import REDACTED, Redactor, is_secret_key
+from xprosql.ingest.secrets import REDACTED, Redactor, _holding, is_secret_key
 from xprosql.protos import xplane_pb2
 
 # One fake credential of every kind the redactor knows by its shape.
@@ -142,7 +142,8 @@ _VALUE = st.one_of(st.none(), st.lists(st.sampled_from(_FRAGMENTS), max_size=8).
 def test_the_prefilter_changes_no_result(values: list[str | None]) -> None:
     """Only the values holding a rule's literal are searched by the rules: the same values and counts as all searched."""
     column = pa.array(values, pa.string())
-    replaced, counts = Redactor._strings(column)
+    holding = _holding([column])
+    replaced, counts = Redactor._strings(column, holding[0]) if holding else (column, None)
     expected, expected_counts = Redactor._replaced(column)
     assert replaced.to_pylist() == expected.to_pylist()
     as_list = [0] * len(values) if counts is None else counts.to_pylist()
@@ -164,6 +165,8 @@ def test_a_batch_is_redacted_as_its_columns_are_one_by_one(data: st.DataObject) 
                       else pa.array(values, pa.string() if kind == "string" else pa.large_string()))
     batch = pa.RecordBatch.from_arrays(arrays, names=[f"c{i}" for i in range(len(arrays))])
     together, one_by_one = Redactor(), Redactor()
-    expected = pa.RecordBatch.from_arrays([one_by_one._column(column) for column in arrays], names=batch.schema.names)
+    expected = pa.RecordBatch.from_arrays(
+        [one_by_one.batch("events", pa.RecordBatch.from_arrays([column], names=["c"])).column(0) for column in arrays],
+        names=batch.schema.names)
     assert together.batch("events", batch).to_pylist() == expected.to_pylist()
     assert together.count == one_by_one.count

@@ -24,7 +24,6 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 
-import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
@@ -83,8 +82,12 @@ class Redactor:
 
     def text(self, value: str) -> tuple[str, int]:
         """``value`` with its secrets replaced, and how many there were."""
-        values, counts = self._strings(pa.array([value], pa.string()))
-        return values[0].as_py(), 0 if counts is None else counts[0].as_py()
+        values = pa.array([value], pa.string())
+        holding = _holding([values])
+        if not holding:
+            return value, 0
+        replaced, counts = self._strings(values, holding[0])
+        return replaced[0].as_py(), 0 if counts is None else counts[0].as_py()
 
     def batch(self, table: str, batch: pa.RecordBatch) -> pa.RecordBatch:
         """``batch`` of ``table`` with every string column's secrets replaced (``count`` grows by their number)."""
@@ -101,34 +104,27 @@ class Redactor:
                 hit = pc.and_(secret_stat, pc.fill_null(pc.not_equal(column, REDACTED), False))
                 self.count += pc.sum(hit.cast(pa.int64())).as_py() or 0
                 column = pc.if_else(hit, pa.scalar(REDACTED, column.type), column)
-            columns.append(self._column(column) if i in holding else column)
+            columns.append(self._column(column, holding[i]) if i in holding else column)
         return pa.RecordBatch.from_arrays(columns, schema=batch.schema)
 
-    def _column(self, column: pa.Array) -> pa.Array:
-        """``column`` with its secrets replaced (``count`` grows by their number); other than text as it is."""
-        if isinstance(column, pa.DictionaryArray) and pa.types.is_string(column.type.value_type):
-            values, counts = self._strings(column.dictionary, distinct=True)
+    def _column(self, column: pa.Array, holding: pa.Array) -> pa.Array:
+        """A text column with its secrets replaced (``count`` grows by their number); ``holding``: its values that
+        may hold one (``_holding``)."""
+        if isinstance(column, pa.DictionaryArray):
+            values, counts = self._strings(column.dictionary, holding)
             if counts is None:
                 return column
             self.count += pc.sum(pc.take(counts, column.indices)).as_py() or 0
             return pa.DictionaryArray.from_arrays(column.indices, values)
-        if pa.types.is_string(column.type) or pa.types.is_large_string(column.type):
-            values, counts = self._strings(column)
-            if counts is not None:
-                self.count += pc.sum(counts).as_py() or 0
-            return values
-        return column
+        values, counts = self._strings(column, holding)
+        if counts is not None:
+            self.count += pc.sum(counts).as_py() or 0
+        return values
 
     @staticmethod
-    def _strings(values: pa.Array, *, distinct: bool = False) -> tuple[pa.Array, pa.Array | None]:
-        """The values with secrets replaced, and the replacements in each (None: there were none). ``distinct``: the
-        values are distinct already (a dictionary's)."""
-        # The prefilter runs on the distinct values: a stat's strings repeat (the event stats' strings of 100 profiles
-        # of the corpus: 0.09 s against 0.29 s for every value).
-        unique = values if distinct else pc.unique(values)
-        holding = unique.filter(pc.fill_null(pc.match_substring_regex(unique, _MAY_HOLD), False))
-        if not len(holding):
-            return values, None
+    def _strings(values: pa.Array, holding: pa.Array) -> tuple[pa.Array, pa.Array | None]:
+        """The values with secrets replaced, and the replacements in each (None: there were none); only the values
+        in ``holding`` are searched."""
         candidates = pc.is_in(values, value_set=holding)
         replaced, found = Redactor._replaced(values.filter(candidates))
         if found is None:
@@ -160,21 +156,28 @@ def _distinct_text(column: pa.Array) -> pa.Array | None:
     return None
 
 
-def _holding(columns: Sequence[pa.Array]) -> set[int]:
-    """The positions of the columns with a value that may hold a secret (the prefilter, ``_MAY_HOLD``).
+def _holding(columns: Sequence[pa.Array]) -> dict[int, pa.Array]:
+    """Per position of a text column with values that may hold a secret (the prefilter, ``_MAY_HOLD``): those values.
 
-    One search over every text column's distinct values: a search costs a tenth of a millisecond even over a few
-    values, and a profile's batches have dozens of text columns, almost none holding anything.
+    The prefilter runs on the distinct values, as a stat's strings repeat (the event stats' strings of 100 profiles of
+    the corpus: 0.09 s against 0.29 s for every value), and once over every text column's: a search costs a tenth of a
+    millisecond even over a few values, and a profile's batches have dozens of text columns, almost none holding
+    anything.
     """
     distinct = {i: values for i, column in enumerate(columns) if (values := _distinct_text(column)) is not None}
     if not distinct:
-        return set()
+        return {}
     text = pa.string() if all(values.type == pa.string() for values in distinct.values()) else pa.large_string()
     found = pc.match_substring_regex(
         pa.concat_arrays([values if values.type == text else values.cast(text) for values in distinct.values()]), _MAY_HOLD)
-    hits = np.flatnonzero(pc.fill_null(found, False).to_numpy(zero_copy_only=False))
-    if not len(hits):
-        return set()
-    ends = np.cumsum([len(values) for values in distinct.values()])
-    positions = list(distinct)
-    return {positions[k] for k in np.searchsorted(ends, hits, side="right").tolist()}
+    found = pc.fill_null(found, False).to_numpy(zero_copy_only=False)
+    if not found.any():
+        return {}
+    holding = {}
+    start = 0
+    for i, values in distinct.items():
+        mask = found[start:start + len(values)]
+        start += len(values)
+        if mask.any():
+            holding[i] = values.filter(pa.array(mask))
+    return holding
