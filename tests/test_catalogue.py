@@ -11,6 +11,7 @@ from pathlib import Path
 import pyarrow as pa
 import pytest
 from conftest import cohort_parameters
+from polars.testing import assert_frame_equal
 
 import xprosql
 from xprosql.engine.library import Library, Range, library, placeholders, sql_dir
@@ -130,6 +131,17 @@ def test_mistakes_raise_xprosql_errors(run: xprosql.Run) -> None:
     with pytest.raises(xprosql.QueryError, match="analysis steps.bottlenecks failed with .*input_events") as raised:
         run.bottlenecks(input_events="(unclosed").arrow()
     assert "LINE" not in str(raised.value)
+
+
+def test_an_analysis_reads_the_same_rows_through_its_relation(run: xprosql.Run) -> None:
+    # Rows are read by running the query once; the relation, asked for, is bound then, to refine with DuckDB's API.
+    read = run.analysis("top_ops", top=5)
+    refined = run.analysis("top_ops", top=5)
+    relation = refined.relation
+    assert relation.columns == refined.columns == read.arrow().column_names
+    assert read.arrow().num_rows > 0  # the shares' float sums may differ in their last bits from run to run
+    assert_frame_equal(refined.pl(), read.pl(), check_exact=False, rel_tol=1e-12)
+    assert relation.filter("occurrences > 0").aggregate("count(*)").fetchall() == [(read.arrow().num_rows,)]
 
 
 def test_a_module_missing_from_the_library_is_named() -> None:

@@ -292,3 +292,39 @@ def test_packed_profiles_give_the_same_rows(jobs_warehouse: dict, tmp_path: Path
         before = getattr(jobs_warehouse["run"], name)().pl()
         after = getattr(packed, name)().pl()
         assert after.equals(before), name
+
+
+# Names the samples hold (tests/data: the NCCL ranks, HTA's sampled ranks), then cases no sample shows, hand-written.
+COLLECTIVE_KINDS = {
+    ("c10d::_allgather_base_", "cpu_op"): "all_gather",
+    ("nccl:_all_gather_base", "user_annotation"): "all_gather",
+    ("ncclDevKernel_AllGather_RING_LL(ncclDevKernelArgsStorage<4096ul>)", "kernel"): "all_gather",
+    ("c10d::allreduce_", "cpu_op"): "all_reduce",
+    ("nccl:all_reduce", "gpu_user_annotation"): "all_reduce",
+    ("c10d::alltoall_base_", "cpu_op"): "all_to_all",
+    ("nccl:broadcast", "user_annotation"): "broadcast",
+    ("record_param_comms", "cpu_op"): "other",
+    ("aten::mm", "cpu_op"): None,
+    # hand-written: the rocprofv3 sample's NCCL kernel, XLA's ops by name or category, a prefix against an exact
+    # name, no name at all
+    ("ncclDevKernel_Generic_1(ncclDevKernelArgsStorage<4096ul>)", "kernel"): "other",
+    ("all-reduce.3", None): "all_reduce",
+    ("fusion.7", "reduce-scatter-start"): "reduce_scatter",
+    ("collective-permute-done.1", ""): "collective_permute",
+    ("ragged-all-to-all", None): "all_to_all",
+    ("gloo:barrier", "user_annotation"): "barrier",
+    ("nccl:reduce", "user_annotation"): "reduce",
+    ("c10d::reduce_scatter_tensor_coalesced_", "cpu_op"): "reduce_scatter",
+    ("c10d::scatter_extra", "cpu_op"): "other",
+    (None, None): None,
+}
+
+
+def test_collective_kinds_of_names(samples_warehouse: Path) -> None:
+    run = xprosql.load(samples_warehouse)
+    real = set(run.sql("SELECT DISTINCT name, category FROM events").rows())
+    assert set(list(COLLECTIVE_KINDS)[:9]) <= real
+    cases = [{"name": name, "category": category} for name, category in COLLECTIVE_KINDS]
+    got = run.sql("SELECT name, category, xprosql_collective(name, category) "
+                  "FROM (SELECT unnest($cases, recursive := true))", {"cases": cases}).rows()
+    assert {(name, category): kind for name, category, kind in got} == COLLECTIVE_KINDS

@@ -32,7 +32,7 @@ import duckdb
 import pyarrow as pa
 
 from xprosql._duckdb import connect
-from xprosql.engine.connection import add_views, connect_views, query, run_on_share, snapshot_connection, tables_named
+from xprosql.engine.connection import add_views, connect_views, query, query_rows, run_on_share, snapshot_connection, tables_named
 from xprosql.engine.library import Library, library, used_parameters
 from xprosql.engine.result import Result, first_line
 from xprosql.errors import ParameterError, QueryError
@@ -147,7 +147,7 @@ def derive_stored_tables(snapshot: Snapshot, *, upto: str | None = None) -> dict
     def run(module_id: str) -> pa.Table:
         builds_on = lib.included(module_id) | {module_id}
         text = lib.text(module_id, frozenset((m, _alias(m)) for m in read & builds_on))
-        return query(con, text, used_parameters(text, lib.bind(module_id, {}))).to_arrow_table()
+        return query_rows(con, text, used_parameters(text, lib.bind(module_id, {})))
 
     def register(module_id: str, rows: pa.Table) -> None:
         con.register(_alias(module_id), rows)
@@ -340,9 +340,9 @@ class Engine:
         shares = self.backend.shares(snapshot, sql, events)
         if len(shares) == 1 and isinstance(self.backend, LocalBackend):
             if shares[0] is self.snapshot:
-                return Result(query(self._connection_for(tables_named(sql)), sql, params), description=module_id)
+                return Result.of_query(self._connection_for(tables_named(sql)), sql, params, description=module_id)
             con = snapshot_connection(shares[0], tables=tables_named(sql))
-            return Result(query(con, sql, params), connection=con, description=module_id)
+            return Result.of_query(con, sql, params, connection=con, description=module_id)
         parts = self.backend.run(shares, sql, params)
         return Result.from_arrow(combine(parts, sql, params), description=module_id)
 
@@ -410,7 +410,7 @@ class Engine:
             for include, name in names.items():
                 con.register(name, arrow[_alias(include)])
             try:
-                rows = query(con, text, used_parameters(text, bound)).to_arrow_table()
+                rows = query_rows(con, text, used_parameters(text, bound))
             finally:
                 for name in names.values():
                     con.unregister(name)
@@ -418,7 +418,7 @@ class Engine:
         # Each include reads the rows computed above, as a stored table would be read.
         text = self.library.text(module_id, frozenset((include, _alias(include)) for include in module.includes))
         con = snapshot_connection(snapshot, arrow=arrow, tables=tables_named(text))
-        return Result(query(con, text, used_parameters(text, bound)), connection=con, description=module_id)
+        return Result.of_query(con, text, used_parameters(text, bound), connection=con, description=module_id)
 
 
 def _alias(module_id: str) -> str:

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 import duckdb
 import pyarrow as pa
 
+from xprosql.engine.connection import query, query_rows
 from xprosql.errors import NotApplicableWarning, QueryError, XprosqlError
 
 if TYPE_CHECKING:
@@ -60,9 +61,11 @@ class Result:
     to refine with DuckDB's relational API). Integer picosecond sums come back as 64-bit integers.
     """
 
-    def __init__(self, relation: duckdb.DuckDBPyRelation, *, connection: duckdb.DuckDBPyConnection | None = None,
+    def __init__(self, relation: duckdb.DuckDBPyRelation | None, *, connection: duckdb.DuckDBPyConnection | None = None,
                  description: str = "query") -> None:
         self._relation = relation
+        # A query not bound yet (of_query): (connection, SQL, parameters).
+        self._query: tuple[duckdb.DuckDBPyConnection, str, Mapping[str, Any] | None] | None = None
         self._table: pa.Table | None = None
         # A connection opened for this result alone lives as long as the result.
         self._connection = connection
@@ -76,6 +79,15 @@ class Result:
         self.notes: list[str] = []
 
     @classmethod
+    def of_query(cls, con: duckdb.DuckDBPyConnection, sql: str, params: Mapping[str, Any] | None, *,
+                 connection: duckdb.DuckDBPyConnection | None = None, description: str = "query") -> Result:
+        """The rows of ``sql`` on ``con``, bound when they are read (once: a relation is bound to describe it, then
+        again to run it, :func:`~xprosql.engine.connection.query_rows`), or when ``.relation`` is asked for."""
+        result = cls(None, connection=connection, description=description)
+        result._query = (con, sql, params)
+        return result
+
+    @classmethod
     def from_arrow(cls, table: pa.Table, *, description: str = "query") -> Result:
         """A result over rows already computed (share by share, or on a cluster)."""
         from xprosql._duckdb import connect
@@ -87,18 +99,31 @@ class Result:
 
     @property
     def relation(self) -> duckdb.DuckDBPyRelation:
+        if self._relation is None:
+            assert self._query is not None
+            pending = self._query
+            self._relation = self._guarded(lambda: query(*pending))
         return self._relation
 
     def arrow(self) -> pa.Table:
         if self._table is None:
-            try:
-                self._table = _normalised(self._relation.to_arrow_table())
-            except duckdb.Error as exc:
-                if self._failure is not None:
-                    raise QueryError(f"{self._failure}: {first_line(exc)}") from None
-                raise QueryError(f"{self._description}: {exc}") from None
+            self._table = _normalised(self._guarded(self._rows))
             self._name_profiles_without_rows(self._table)
         return self._table
+
+    def _rows(self) -> pa.Table:
+        if self._relation is None and self._query is not None:
+            return query_rows(*self._query)
+        return self.relation.to_arrow_table()
+
+    def _guarded(self, run: Callable[[], Any]) -> Any:
+        """``run()``, DuckDB's errors said as a QueryError naming the analysis or the query."""
+        try:
+            return run()
+        except duckdb.Error as exc:
+            if self._failure is not None:
+                raise QueryError(f"{self._failure}: {first_line(exc)}") from None
+            raise QueryError(f"{self._description}: {exc}") from None
 
     def _name_profiles_without_rows(self, table: pa.Table) -> None:
         if self._expected is None:
@@ -141,7 +166,9 @@ class Result:
 
     @property
     def columns(self) -> list[str]:
-        return list(self._relation.columns)
+        if self._table is not None:
+            return list(self._table.column_names)
+        return list(self.relation.columns)
 
     def __len__(self) -> int:
         return self.arrow().num_rows

@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from xprosql.engine import Engine, Result
-from xprosql.engine.connection import connect_views, query
+from xprosql.engine.connection import connect_views, query_rows
 from xprosql.engine.functions import decode_memory_access_breakdown
 from xprosql.engine.library import library
 from xprosql.queries._params import Profiles, given
@@ -550,7 +550,7 @@ def _peaks(table: Callable[[str], pl.LazyFrame], op_devices: pl.DataFrame, optio
     con = connect_views({name: f"SELECT * FROM _frame_{name}" for name in frames},
                         arrow={f"_frame_{name}": rows for name, rows in frames.items()})
     try:
-        return pl.DataFrame(query(con, text, params).to_arrow_table())
+        return pl.DataFrame(query_rows(con, text, params))
     finally:
         con.close()
 
