@@ -13,8 +13,8 @@ Example:
 
 from __future__ import annotations
 
+import itertools
 import re
-import warnings
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
@@ -70,8 +70,6 @@ def add_views(con: duckdb.DuckDBPyConnection, sources: Mapping[str, str | None],
         con.execute(f"CREATE VIEW {table} AS {body}")
 
 
-warnings.filterwarnings("ignore", "Arrow output on a DB-API result", UserWarning, re.escape(__name__) + "$")
-
 _TABLE_NAME = re.compile(r"\b(" + "|".join(TABLES) + r")\b", re.IGNORECASE)
 
 
@@ -125,11 +123,20 @@ def query_rows(con: duckdb.DuckDBPyConnection, sql: str,
     """The rows of the query ``sql`` on ``con``, bound once.
 
     ``query(...).to_arrow_table()`` binds a query twice, once to describe its relation and once to run it: 0.3 s of
-    the 110 KB ``steps.bottlenecks``, 20 ms of the 26 KB ``ops._op_stats``. DuckDB's DB-API result binds it once, and
-    holds the rows twice (its own and Arrow's) for a moment, which it warns of (silenced for this module's calls
-    alone, below: a ``warnings.catch_warnings`` here would race with other threads' warning filters).
+    the 110 KB ``steps.bottlenecks``, 20 ms of the 26 KB ``ops._op_stats``. Here it is bound once, into a temporary
+    table, so the rows are held twice (DuckDB's and Arrow's) for a moment, and written once more: for a few thousand
+    rows less than the second bind, for a million (a job's graph edges) seconds more. (DuckDB's DB-API result binds
+    once too, but its Arrow output warns of the same copy, a warning that reaches any caller recording warnings.)
     """
-    return con.execute(sql, _values(params)).to_arrow_table()
+    table = f"_xprosql_rows_{next(_ROWS)}"
+    con.execute(f"CREATE TEMP TABLE {table} AS {sql}", _values(params))
+    try:
+        return con.table(table).to_arrow_table()
+    finally:
+        con.execute(f"DROP TABLE {table}")
+
+
+_ROWS = itertools.count()  # names of query_rows' tables: a connection may run two at once, on two threads
 
 
 def _values(params: Mapping[str, Any] | Sequence[Any] | None) -> dict[str, Any] | list[Any] | None:
@@ -151,6 +158,6 @@ def run_on_share(share: Snapshot, sql: str, params: Mapping[str, Any] | None) ->
     """Run ``sql`` over one share of a snapshot (in a Dask task, or here) and return its rows."""
     con = snapshot_connection(share, tables=tables_named(sql))
     try:
-        return query_rows(con, sql, params)
+        return query(con, sql, params).to_arrow_table()  # a share's rows may be many: streamed, not copied
     finally:
         con.close()

@@ -19,7 +19,7 @@ import duckdb
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from xprosql.engine.connection import connect_views, empty_relation, query_rows, tables_named
+from xprosql.engine.connection import connect_views, empty_relation, query, query_rows, tables_named
 from xprosql.engine.library import library, used_parameters
 from xprosql.models.tables import INGEST_DERIVED_TABLES, TABLES
 from xprosql.warehouse import StagedProfile
@@ -34,6 +34,8 @@ _DECODED = [table for table in TABLES if table not in INGEST_DERIVED_TABLES]
 # Included by more than one derived table (the CPU op tree of PyTorch traces): computed once per profile.
 _SHARED = {"torch._op_tree": "_shared_op_tree"}
 _TORCH = "torch."  # the PyTorch modules (sql/torch/)
+# Derived tables of a row per op (or framework op) and device: few enough rows to fetch by binding the query once.
+_SUMMARIES = frozenset({"op_stats", "framework_op_stats"})
 # Profiles whose decoded tables take less Arrow memory than this are derived from memory, while the writer thread
 # still compresses the same batches to Parquet (a batch ingest's worker derives such profiles together up to this
 # much); larger ones from the staged files, once written.
@@ -202,7 +204,7 @@ def _derived(con: duckdb.DuckDBPyConnection) -> Iterator[tuple[str, pa.Table]]:
         if torch_ops or not module_id.startswith(_TORCH):
             text = lib.text(module_id, frozenset(_SHARED.items()))
             params = used_parameters(text, lib.bind(module_id, {}))
-            rows = query_rows(con, text, params)
+            rows = query_rows(con, text, params) if name in _SUMMARIES else query(con, text, params).to_arrow_table()
         else:
             rows = _keyed(TABLES[name].empty_table(), "")
         con.register(f"derived_{name}", rows)  # what the next derived tables read

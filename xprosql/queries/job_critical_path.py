@@ -359,7 +359,9 @@ def _job_graphs(engine: Engine, listed: Any, *, include_last_step: bool | None =
         events += size
 
     def build(batch: list[str]) -> Any:
-        return _in_replay_order(job_critical_path_graph(engine, profiles=batch, include_last_step=include_last_step).arrow())
+        graph = job_critical_path_graph(engine, profiles=batch, include_last_step=include_last_step)
+        graph.relation  # noqa: B018  # millions of edges: streamed from the relation, not copied through a table
+        return _in_replay_order(graph.arrow())
 
     yield from _built_ahead(build, batches)
 
