@@ -136,7 +136,7 @@ def query_rows(con: duckdb.DuckDBPyConnection, sql: str,
         con.execute(f"DROP TABLE {table}")
 
 
-_ROWS = itertools.count()  # names of query_rows' tables: a connection may run two at once, on two threads
+_ROWS = itertools.count()  # a table name per call: two threads reading results on one connection never meet
 
 
 def _values(params: Mapping[str, Any] | Sequence[Any] | None) -> dict[str, Any] | list[Any] | None:
@@ -158,6 +158,6 @@ def run_on_share(share: Snapshot, sql: str, params: Mapping[str, Any] | None) ->
     """Run ``sql`` over one share of a snapshot (in a Dask task, or here) and return its rows."""
     con = snapshot_connection(share, tables=tables_named(sql))
     try:
-        return query(con, sql, params).to_arrow_table()  # a share's rows may be many: streamed, not copied
+        return query(con, sql, params).to_arrow_table()  # may be many rows: streamed
     finally:
         con.close()

@@ -147,7 +147,7 @@ def derive_stored_tables(snapshot: Snapshot, *, upto: str | None = None) -> dict
     def run(module_id: str) -> pa.Table:
         builds_on = lib.included(module_id) | {module_id}
         text = lib.text(module_id, frozenset((m, _alias(m)) for m in read & builds_on))
-        return query(con, text, used_parameters(text, lib.bind(module_id, {}))).to_arrow_table()  # rows of every profile
+        return query(con, text, used_parameters(text, lib.bind(module_id, {}))).to_arrow_table()  # many rows: streamed
 
     def register(module_id: str, rows: pa.Table) -> None:
         con.register(_alias(module_id), rows)

@@ -81,8 +81,9 @@ class Result:
     @classmethod
     def of_query(cls, con: duckdb.DuckDBPyConnection, sql: str, params: Mapping[str, Any] | None, *,
                  connection: duckdb.DuckDBPyConnection | None = None, description: str = "query") -> Result:
-        """The rows of ``sql`` on ``con``, bound when they are read (once: a relation is bound to describe it, then
-        again to run it, :func:`~xprosql.engine.connection.query_rows`), or when ``.relation`` is asked for."""
+        """The rows of ``sql`` on ``con``, run when they are read, the query bound once
+        (:func:`~xprosql.engine.connection.query_rows`); a relation, bound when ``.relation`` is asked for first,
+        binds it to describe it and again to run it."""
         result = cls(None, connection=connection, description=description)
         result._query = (con, sql, params)
         return result
