@@ -144,6 +144,34 @@ def test_an_analysis_reads_the_same_rows_through_its_relation(run: xprosql.Run) 
     assert relation.filter("occurrences > 0").aggregate("count(*)").fetchall() == [(read.arrow().num_rows,)]
 
 
+def test_rows_streamed_are_the_rows_a_temporary_table_holds(run: xprosql.Run, monkeypatch: pytest.MonkeyPatch) -> None:
+    # A query over STREAM_ROWS rows or more has its rows streamed from a relation, not held in a temporary table.
+    # Forced for every query: an analysis over events and a fleet analysis over its includes' rows (the job graph of
+    # the real NCCL ranks, in no set order) give the same rows as below the threshold.
+    import xprosql.engine.executor as executor
+    import xprosql.engine.result as result
+
+    streamed: list[bool] = []
+    query_rows = result.query_rows
+
+    def spy(*args: object, stream: bool = False) -> pa.Table:
+        streamed.append(stream)
+        return query_rows(*args, stream=stream)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(result, "query_rows", spy)
+    monkeypatch.setattr(executor, "query_rows", spy)
+    analyses = {"hta.idle_time": {}, "critical_path.job_graph": {}}
+    held = {name: run.analysis(name, **params).pl() for name, params in analyses.items()}
+    assert streamed and not any(streamed)
+    below = len(streamed)
+    monkeypatch.setattr(executor, "STREAM_ROWS", 0)
+    for name, params in analyses.items():
+        assert held[name].height > 0, name
+        keys = [c for c, dtype in held[name].schema.items() if not dtype.is_nested()]
+        assert_frame_equal(run.analysis(name, **params).pl().sort(keys), held[name].sort(keys))
+    assert len(streamed) > below and all(streamed[below:])
+
+
 def test_a_module_missing_from_the_library_is_named() -> None:
     # What an installation missing its sql/ folder, or a misspelt internal id, meets first.
     with pytest.raises(xprosql.AnalysisError, match=r"no SQL module ops\.nosuch in .*sql"):

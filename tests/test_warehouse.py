@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime as dt
+import itertools
 import json
 import multiprocessing
 import pickle
@@ -86,6 +87,29 @@ def test_every_table_reads_the_same_through_deltalake_and_polars_before_and_afte
     actions = pa.table(DeltaTable(warehouse / "events").get_add_actions(flatten=True)).to_pylist()
     assert all(a["min.profile_id"] <= a["max.profile_id"] for a in actions)
     assert not list(warehouse.glob("*/profile_id=*"))
+
+
+@pytest.mark.slow
+def test_a_log_without_a_checkpoint_replayed_here_lists_the_files_delta_rs_lists(warehouse: Path) -> None:
+    # A table's log without a checkpoint is replayed from its JSON entries (Warehouse._replayed), not opened in
+    # delta-rs: every version of every table, before and after a compaction (whose removes the replay applies),
+    # lists the same files either way. A checkpoint sends the table back to delta-rs.
+    assert xprosql.compact(warehouse) is not None
+    store = Warehouse(warehouse)
+    compared, shrank, latest = 0, set(), {}
+    for table in TABLES:
+        listed = []
+        for version in range(store._latest(table) + 1):
+            replayed = store._replayed(table, version)
+            assert replayed == store._data_files(DeltaTable(warehouse / table, version=version)), (table, version)
+            listed.append(replayed)
+        compared += len(listed)
+        shrank |= {table for before, after in itertools.pairwise(listed) if len(after) < len(before)}
+        latest[table] = listed[-1]
+    assert compared > 2 * len(TABLES) and {"events", "profiles"} <= shrank
+    DeltaTable(warehouse / "events").create_checkpoint()
+    assert store._replayed("events", store._latest("events")) is None
+    assert store._data_files(DeltaTable(warehouse / "events")) == latest["events"]
 
 
 def _counted(run: xprosql.Run) -> dict[str, int]:

@@ -38,7 +38,8 @@ Decisions (issue #15):
   ``as_of=`` (a datetime or ISO text) the last ``profiles`` version committed by then. Old versions read while
   their files exist (see vacuum).
 * **DuckDB reads Parquet natively**: a snapshot is the file list of each pinned table version (from
-  ``DeltaTable.get_add_actions``), handed to ``read_parquet``; no pyarrow dataset in between.
+  ``DeltaTable.get_add_actions``, or the log's JSON entries replayed here while it has no checkpoint), handed to
+  ``read_parquet``; no pyarrow dataset in between.
 * **Compaction** (:meth:`Warehouse.compact`) is Delta's OPTIMIZE (bin-packing small files into files of up to
   ``PACK_TARGET_ROWS`` rows, ordered by ``profile_id``, committed as ``dataChange=false`` remove and add
   actions) then VACUUM. The files are written by xprosql's own writer, not delta-rs's ``optimize.z_order``:
@@ -96,11 +97,9 @@ from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
+from urllib.parse import unquote
 
 import pyarrow as pa
-from deltalake import DeltaTable, Schema
-from deltalake.exceptions import CommitFailedError
-from deltalake.transaction import AddAction, CommitProperties, RemoveAction
 
 from xprosql._version import __version__
 from xprosql.errors import WarehouseError
@@ -108,6 +107,11 @@ from xprosql.models.tables import JOB_DERIVED_TABLES, PACK_DERIVED_TABLES, PARTI
 
 if TYPE_CHECKING:  # imported where files are written or read directly: a command that only queries saves 13 ms
     import pyarrow.parquet as pq
+
+    # delta-rs: where it writes a log, or reads one too long to replay here (Warehouse._replayed); a command that
+    # queries a small warehouse saves its 20 ms of import
+    from deltalake import DeltaTable
+    from deltalake.transaction import AddAction, CommitProperties, RemoveAction
 
 __all__ = [
     "AUTO_COMPACT_MIN_PROFILES",
@@ -261,6 +265,7 @@ def _now_ms() -> int:
 def _creation_entry(table: str) -> str:
     """The first log entry of ``table``'s Delta table, empty: the protocol, metadata and commit info that delta-rs's
     ``DeltaTable.create`` writes (tests/test_warehouse.py compares them)."""
+    from deltalake import Schema
     now = _now_ms()
     metadata: dict[str, Any] = {
         "id": str(uuid.uuid4()), "name": None, "description": None, "format": {"provider": "parquet", "options": {}},
@@ -668,12 +673,14 @@ class JobRows:
 class _TableFiles(Mapping[str, tuple["DataFile", ...]]):
     """Every table's data files, each read from the table's log when first asked for (``load(table)``).
 
-    Reading a table's log costs 5-10 ms and a query reads a few of the tables: a command's first snapshot read all
-    of them (0.05 s for one profile, 0.1 s for a compacted 1,000). Pickles as a plain dict of every table (a Dask
-    task gets its share whole)."""
+    Reading a table's log in delta-rs costs 5-10 ms and a query reads a few of the tables: a command's first snapshot
+    read all of them (0.05 s for one profile, 0.1 s for a compacted 1,000). ``short(table)``: its log is short enough
+    to replay here (``Warehouse._replayed``), in less time than a thread takes to start. Pickles as a plain dict of
+    every table (a Dask task gets its share whole)."""
 
-    def __init__(self, load: Callable[[str], tuple[DataFile, ...]]) -> None:
+    def __init__(self, load: Callable[[str], tuple[DataFile, ...]], short: Callable[[str], bool]) -> None:
         self._load = load
+        self.short = short
         self._known: dict[str, tuple[DataFile, ...]] = {}  # two threads may both read a table: the same files
 
     def __getitem__(self, table: str) -> tuple[DataFile, ...]:
@@ -683,8 +690,10 @@ class _TableFiles(Mapping[str, tuple["DataFile", ...]]):
         return self._known.setdefault(table, self._load(table)) if known is None else known
 
     def read(self, tables: Iterable[str]) -> None:
-        """Read the logs of ``tables`` not read yet, several at once (delta-rs reads them outside the GIL)."""
-        missing = [table for table in dict.fromkeys(tables) if table in TABLES and table not in self._known]
+        """Read the logs of ``tables`` not read yet that delta-rs reads, several at once (outside the GIL); a short
+        log is replayed when its table is first asked for."""
+        missing = [table for table in dict.fromkeys(tables)
+                   if table in TABLES and table not in self._known and not self.short(table)]
         if len(missing) > 1:
             with ThreadPoolExecutor(min(len(missing), _LOAD_THREADS)) as pool:
                 for table, files in zip(missing, pool.map(self._load, missing), strict=True):
@@ -839,8 +848,9 @@ class Snapshot:
                     kept.append(replace(f, exact=all(held)))
             return tuple(kept)
 
-        return replace(self, profile_ids=tuple(p for p in self.profile_ids if p in wanted), files=_TableFiles(narrowed),
-                       universe=universe)
+        short = self.files.short if isinstance(self.files, _TableFiles) else lambda table: True
+        return replace(self, profile_ids=tuple(p for p in self.profile_ids if p in wanted),
+                       files=_TableFiles(narrowed, short), universe=universe)
 
     def shares(self, n: int) -> list[Snapshot]:
         """Split into about ``n`` disjoint snapshots of whole profiles, balanced by events.
@@ -1044,6 +1054,7 @@ class Warehouse:
                 shutil.rmtree(scratch, ignore_errors=True)
 
     def _open(self, table: str, version: int | None = None) -> DeltaTable:
+        from deltalake import DeltaTable
         return DeltaTable(self.table_path(table), version=version)
 
     def version(self) -> int:
@@ -1076,20 +1087,47 @@ class Warehouse:
         with _FILE_IDS_LOCK:
             known = _VERSION_FILES.get(key)
         if known is None:
-            # A table's creation adds no file: most tables of a small warehouse are still at it (an XSpace profile
-            # fills half of them), and reading its log entry costs far less than opening the table in delta-rs.
-            created = version == 0 and self._adds_no_file(table, version)
-            known = () if created else self._data_files(self._open(table, version))
+            replayed = self._replayed(table, version)
+            known = self._data_files(self._open(table, version)) if replayed is None else replayed
             with _FILE_IDS_LOCK:
                 if len(_VERSION_FILES) > 4096:
                     _VERSION_FILES.clear()
                 _VERSION_FILES[key] = known
         return known
 
-    def _adds_no_file(self, table: str, version: int) -> bool:
-        """Whether ``table``'s log entry of ``version`` exists and adds no data file."""
-        text = self._log_entry(table, version)
-        return text is not None and not any("add" in json.loads(line) for line in text.splitlines() if line.strip())
+    def _replayed(self, table: str, version: int) -> tuple[DataFile, ...] | None:
+        """The data files of ``table`` at ``version`` from its log's JSON entries, 0 to ``version``, where the log has
+        no checkpoint yet: a small warehouse's tables (most still at their creation). Their few entries of a few
+        hundred bytes read in a fraction of a millisecond, where delta-rs takes 5-10 ms to open a table (and 20 ms to
+        import). None where delta-rs reads it: a checkpoint, a missing entry, an action not replayed here (a deletion
+        vector, a partition)."""
+        if version >= int(_CHECKPOINT_INTERVAL) or self._has_checkpoint(table):
+            return None
+        adds: dict[str, dict[str, Any]] = {}
+        for at in range(version + 1):
+            text = self._log_entry(table, at)
+            if text is None:
+                return None
+            for line in filter(str.strip, text.splitlines()):
+                action = json.loads(line)
+                if "add" in action:
+                    add = action["add"]
+                    if add.get("deletionVector") or add.get("partitionValues"):
+                        return None
+                    adds[unquote(add["path"])] = add
+                elif "remove" in action:
+                    adds.pop(unquote(action["remove"]["path"]), None)
+        stats = {path: json.loads(add.get("stats") or "{}") for path, add in adds.items()}
+        return _as_data_files(self._data_root(table), [
+            (path, stats[path].get("numRecords"), stats[path].get("minValues", {}).get(PARTITION_COLUMN),
+             stats[path].get("maxValues", {}).get(PARTITION_COLUMN), add.get("size")) for path, add in adds.items()])
+
+    def _has_checkpoint(self, table: str) -> bool:
+        return (self.table_path(table) / _LOG / "_last_checkpoint").exists()
+
+    def _data_root(self, table: str) -> str:
+        """Where the relative paths of ``table``'s log start (delta-rs's table URI, as a path)."""
+        return str(self.table_path(table).resolve())
 
     def _pins(self, version: int) -> dict[str, Any]:
         """The ``xprosql`` entry of the last ``profiles`` commit at or before ``version`` that pins the data tables
@@ -1133,14 +1171,12 @@ class Warehouse:
     @staticmethod
     def _data_files(table: DeltaTable) -> tuple[DataFile, ...]:
         actions = pa.RecordBatchReader.from_stream(table.get_add_actions(flatten=True)).read_all()
-        root = _local_path(table.table_uri)
         names = actions.column_names
         first = actions.column(f"min.{PARTITION_COLUMN}").to_pylist() if f"min.{PARTITION_COLUMN}" in names else [None] * actions.num_rows
         last = actions.column(f"max.{PARTITION_COLUMN}").to_pylist() if f"max.{PARTITION_COLUMN}" in names else [None] * actions.num_rows
-        files = [DataFile(path if path.startswith("/") else os.path.join(root, path), rows or 0, lo, hi, size=size or 0)
-                 for path, rows, lo, hi, size in zip(actions.column("path").to_pylist(), actions.column("num_records").to_pylist(),
-                                                     first, last, actions.column("size_bytes").to_pylist(), strict=True)]
-        return tuple(sorted(files, key=lambda f: (f.first or "", f.path)))
+        return _as_data_files(_local_path(table.table_uri), zip(
+            actions.column("path").to_pylist(), actions.column("num_records").to_pylist(), first, last,
+            actions.column("size_bytes").to_pylist(), strict=True))
 
     def _fs(self) -> Any:
         """The fsspec file system of object storage; None for a local warehouse."""
@@ -1200,14 +1236,17 @@ class Warehouse:
         info = self._pins(at)
         pins = info.get("versions", {})
 
+        def pinned(table: str) -> int | None:
+            return at if table == "profiles" else pins.get(table)
+
         def load(table: str) -> tuple[DataFile, ...]:
-            pinned = at if table == "profiles" else pins.get(table)
+            version = pinned(table)
             try:
-                return () if pinned is None or not self._has_table(table) else self._files_at(table, pinned)
+                return () if version is None or not self._has_table(table) else self._files_at(table, version)
             except Exception as exc:
                 raise WarehouseError(f"{self.root}: cannot read version {at} of {table}: {exc}") from None
 
-        files = _TableFiles(load)
+        files = _TableFiles(load, lambda table: (pinned(table) or 0) < int(_CHECKPOINT_INTERVAL))
         ids = tuple(sorted(self._ids_of(files["profiles"])))
         stored, without = self._lists(info.get("lists_at"))
         snap = Snapshot(self.location, at, ids, files, stored & set(ids), without, ids, self.storage_options,
@@ -1273,6 +1312,7 @@ class Warehouse:
     def _repair(self, table: str, head: _Head, latest: DeltaTable) -> int:
         """Remove what a committer killed before its ``profiles`` commit left in ``table``: every single-profile
         file of a profile ``profiles`` does not hold. Returns the files removed."""
+        from deltalake.transaction import RemoveAction
         orphans = [f for f in self._data_files(latest) if f.single and f.first not in head.ids]
         if orphans:
             stamp = _now_ms()
@@ -1294,6 +1334,7 @@ class Warehouse:
     @staticmethod
     def _evolve(table: str, delta: DeltaTable) -> None:
         """Add the columns this xprosql's schema has and the table (created by an older one) lacks."""
+        from deltalake import Schema
         have = {f.name for f in delta.schema().fields}
         new = [f for f in file_schema(table) if f.name not in have]
         if new:
@@ -1301,6 +1342,7 @@ class Warehouse:
 
     def _add(self, table: str, source: Path, rows: int, first: str, last: str, *, data_change: bool = True) -> AddAction:
         """Move ``source`` into ``table``'s folder under a fresh name; its add action."""
+        from deltalake.transaction import AddAction
         name = f"{_TABLE_FILE_PREFIX}{uuid.uuid4().hex}.parquet"
         target = self.table_path(table) / name
         os.rename(source, target)
@@ -1429,6 +1471,7 @@ class Warehouse:
             >>> print(Warehouse("run/").compact())                    # doctest: +SKIP
             version 131: 17998 files of 1000 profiles packed into 306 files, 101234567 rows
         """
+        from deltalake.transaction import RemoveAction
         self.check_readable()
         with self._locked(blocking=wait) as got:
             if not got:
@@ -1501,6 +1544,7 @@ class Warehouse:
     def _published(self, snap: Snapshot, actions: Mapping[str, Sequence[AddAction | RemoveAction]],
                    stored: frozenset[str] | set[str], stored_jobs: frozenset[str]) -> Snapshot:
         """``snap`` as it reads once ``actions`` are published (their files are in place, not yet in a log)."""
+        from deltalake.transaction import AddAction, RemoveAction
         files: dict[str, tuple[DataFile, ...]] = {}
         for table in TABLES:
             changes = actions.get(table, ())
@@ -1529,6 +1573,7 @@ class Warehouse:
         Two packs are written at once: a pack's DuckDB scan and its Parquet encoding take turns, and the encoding
         (zstd, outside the GIL) is most of it; two keep two cores busy. A pack that fails (a full disk) stops those
         after it: at most the one beside it is started."""
+        from deltalake.transaction import RemoveAction
         packs = [(table, scratch / f"{table}-{uuid.uuid4().hex}.parquet", group)
                  for table, groups in plans.items() for group in groups]
         written.extend(str(target) for _, target, _ in packs)
@@ -1577,6 +1622,7 @@ class Warehouse:
         """Replace each job table's files by one file of ``jobs``' rows: its remove and add actions."""
         import pyarrow.compute as pc
         import pyarrow.parquet as pq
+        from deltalake.transaction import RemoveAction
 
         stamp = _now_ms()
         for table in JOB_DERIVED_TABLES:
@@ -1779,7 +1825,14 @@ class RemoteWarehouse(Warehouse):
         return filesystem(self.uri, self.storage_options)
 
     def _open(self, table: str, version: int | None = None) -> DeltaTable:
+        from deltalake import DeltaTable
         return DeltaTable(self.table_uri(table), version=version, storage_options=self.storage_options)
+
+    def _has_checkpoint(self, table: str) -> bool:
+        return bool(self._fs().exists(f"{self.table_uri(table)}/{_LOG}/_last_checkpoint"))
+
+    def _data_root(self, table: str) -> str:
+        return self.table_uri(table)
 
     def _log_names(self, table: str) -> list[str]:
         try:
@@ -1816,6 +1869,7 @@ class RemoteWarehouse(Warehouse):
         _CREATED.add(self.uri)
 
     def _create_table(self, table: str) -> None:
+        from deltalake import DeltaTable
         try:
             DeltaTable.create(self.table_uri(table), schema=file_schema(table), mode="ignore",
                               configuration={"delta.checkpointInterval": _CHECKPOINT_INTERVAL},
@@ -1877,6 +1931,7 @@ class RemoteWarehouse(Warehouse):
 
     def _add(self, table: str, source: Path, rows: int, first: str, last: str, *, data_change: bool = True) -> AddAction:
         """Upload ``source`` into ``table``'s folder under a fresh name, then delete it; its add action."""
+        from deltalake.transaction import AddAction
         name = f"{_TABLE_FILE_PREFIX}{uuid.uuid4().hex}.parquet"
         size = os.path.getsize(source)
         self._fs().put_file(str(source), self._file_path(table, name))
@@ -1885,6 +1940,7 @@ class RemoteWarehouse(Warehouse):
 
     def place(self, staged: StagedProfile) -> PlacedProfile:
         """Upload a staged profile's files into its tables' folders at once (the tables are made by the commit)."""
+        from deltalake.transaction import AddAction
         try:
             staged.finish()
             tables = [t for t in TABLES if staged.rows[t]]
@@ -1959,6 +2015,7 @@ class RemoteWarehouse(Warehouse):
     def _optimistic(self, plan: Callable[[_Head], _Plan | None], *, operation: str, head: _Head | None = None) -> int | None:
         """Commit what ``plan`` makes of the head, in rounds until a round's ``profiles`` commit wins; its version
         (None when ``plan`` found nothing to commit)."""
+        from deltalake.exceptions import CommitFailedError
         touched: set[str] = set()
         for round_ in range(_MAX_ROUNDS):
             now = head if round_ == 0 and head is not None else self._head()
@@ -1988,6 +2045,7 @@ class RemoteWarehouse(Warehouse):
     def _commit_table(self, table: str, actions: Sequence[AddAction | RemoveAction], pin: int, operation: str) -> int:
         """Commit ``actions`` to ``table`` at the version after its latest, in an entry that holds exactly the files
         of version ``pin`` plus those of ``actions``; that version."""
+        from deltalake.exceptions import CommitFailedError
         own = {a.path for a in actions}
         for _ in range(_MAX_ROUNDS):
             latest = self._open(table)
@@ -2009,6 +2067,7 @@ class RemoteWarehouse(Warehouse):
     def _restore(self, table: str, pin: int, latest: DeltaTable, own: set[str]) -> list[AddAction | RemoveAction]:
         """The actions that turn ``table``'s latest files back into those of version ``pin`` (leaving ``own``'s paths
         to the caller's actions)."""
+        from deltalake.transaction import AddAction, RemoveAction
         want = {self._relative(table, f.path): f for f in self._files_at(table, pin)}
         have = {self._relative(table, f.path) for f in self._data_files(latest)}
         stamp = _now_ms()
@@ -2038,7 +2097,16 @@ class RemoteWarehouse(Warehouse):
 
 # What a round of an optimistic commit commits: each data table's actions, those of ``profiles``, and the lists of a
 # compaction (None for an ingest).
-_Plan = tuple[Mapping[str, Sequence[AddAction | RemoveAction]], Sequence[AddAction | RemoveAction], Mapping[str, Any] | None]
+if TYPE_CHECKING:
+    _Plan = tuple[Mapping[str, Sequence[AddAction | RemoveAction]], Sequence[AddAction | RemoveAction], Mapping[str, Any] | None]
+
+
+def _as_data_files(root: str, adds: Iterable[tuple[str, int | None, str | None, str | None, int | None]]) -> tuple[DataFile, ...]:
+    """Data files of a table's add actions (path, rows, first and last ``profile_id``, bytes), in ``profile_id`` order;
+    a relative path is under ``root``."""
+    files = [DataFile(path if path.startswith("/") else os.path.join(root, path), rows or 0, lo, hi, size=size or 0)
+             for path, rows, lo, hi, size in adds]
+    return tuple(sorted(files, key=lambda f: (f.first or "", f.path)))
 
 
 def _local_path(uri: str) -> str:
@@ -2050,6 +2118,7 @@ def _local_path(uri: str) -> str:
 def _props(operation: str, info: Mapping[str, Any] | None = None, *, retries: int = 20) -> CommitProperties:
     """Commit properties naming the xprosql operation (and, on ``profiles``, carrying the pins). ``retries`` 0: the
     commit takes the version after the one its table was loaded at, or fails (a compare-and-swap)."""
+    from deltalake.transaction import CommitProperties
     return CommitProperties(custom_metadata={"xprosql": dict(info or {}, operation=operation)}, max_commit_retries=retries)
 
 

@@ -119,16 +119,19 @@ def query(con: duckdb.DuckDBPyConnection, sql: str,
 
 
 def query_rows(con: duckdb.DuckDBPyConnection, sql: str,
-               params: Mapping[str, Any] | Sequence[Any] | None = None) -> pa.Table:
-    """The rows of the query ``sql`` on ``con``, bound once.
+               params: Mapping[str, Any] | Sequence[Any] | None = None, *, stream: bool = False) -> pa.Table:
+    """The rows of the query ``sql`` on ``con``: bound once, or streamed when ``stream`` (many rows expected).
 
     ``query(...).to_arrow_table()`` binds a query twice, once to describe its relation and once to run it: 0.3 s of
-    the 110 KB ``steps.bottlenecks``, 20 ms of the 26 KB ``ops._op_stats``. Here it is bound once, into a temporary
-    table, so the rows are held twice (DuckDB's and Arrow's) for a moment, and written once more (10 M rows of three
-    columns: 1.75 s against 0.82 s through a relation): for a few thousand rows less than the second bind, for many
-    rows more. (DuckDB's DB-API result binds once too, but its Arrow output warns of its copy, a warning that reaches
-    any caller recording warnings.)
+    the 110 KB ``steps.bottlenecks``, 20 ms of the 26 KB ``ops._op_stats``. Without ``stream`` it is bound once, into
+    a temporary table, so the rows are held twice (DuckDB's and Arrow's) for a moment, and written once more (10 M
+    rows of three columns: 1.75 s against 0.82 s through a relation; a job's 1.1 M graph edges of twenty columns:
+    0.7 s in DuckDB's profile): for a few thousand rows less than the second bind, for many rows more. ``stream``
+    takes the relation, its rows streamed into Arrow. (DuckDB's DB-API result binds once too, but its Arrow output
+    warns of its copy, a warning that reaches any caller recording warnings.)
     """
+    if stream:
+        return query(con, sql, params).to_arrow_table()
     table = f"_xprosql_rows_{next(_ROWS)}"
     con.execute(f"CREATE TEMP TABLE {table} AS {sql}", _values(params))
     try:
@@ -159,6 +162,6 @@ def run_on_share(share: Snapshot, sql: str, params: Mapping[str, Any] | None) ->
     """Run ``sql`` over one share of a snapshot (in a Dask task, or here) and return its rows."""
     con = snapshot_connection(share, tables=tables_named(sql))
     try:
-        return query(con, sql, params).to_arrow_table()  # may be many rows: streamed
+        return query_rows(con, sql, params, stream=True)  # may be many rows
     finally:
         con.close()

@@ -40,13 +40,17 @@ from xprosql.models.tables import PACK_DERIVED_TABLES, TABLES
 from xprosql.warehouse import PACK_TARGET_ROWS, Snapshot
 
 __all__ = [
-    "SHARE_EVENTS", "Backend", "Engine", "LocalBackend", "combine", "derive_stored_tables", "profiles_where",
+    "SHARE_EVENTS", "STREAM_ROWS", "Backend", "Engine", "LocalBackend", "combine", "derive_stored_tables", "profiles_where",
     "scans_events",
 ]
 
 # Without a cluster, an analysis that scans events runs over shares of about this many events, one
 # after another, so its memory stays bounded however large the run is.
 SHARE_EVENTS = 4_000_000
+# A query over at least this many rows (a share's events, or the rows of a fleet analysis's includes) has its rows
+# streamed from a relation (connection.query_rows' stream): they may be as many (a job's graph edges), where a
+# temporary table would hold them twice and write them once more; the second bind costs little beside such a query.
+STREAM_ROWS = 1_000_000
 _EVENTS = re.compile(r"\b(FROM|JOIN)\s+events\b", re.IGNORECASE)
 
 
@@ -147,7 +151,7 @@ def derive_stored_tables(snapshot: Snapshot, *, upto: str | None = None) -> dict
     def run(module_id: str) -> pa.Table:
         builds_on = lib.included(module_id) | {module_id}
         text = lib.text(module_id, frozenset((m, _alias(m)) for m in read & builds_on))
-        return query(con, text, used_parameters(text, lib.bind(module_id, {}))).to_arrow_table()  # many rows: streamed
+        return query_rows(con, text, used_parameters(text, lib.bind(module_id, {})), stream=True)  # many rows
 
     def register(module_id: str, rows: pa.Table) -> None:
         con.register(_alias(module_id), rows)
@@ -280,7 +284,7 @@ class Engine:
             raise QueryError(f"{failure}: {first_line(exc)}") from None
         result._failure = failure
         if module.needs is not None:
-            result._expected = (module.id, module.needs, lambda: self.source_names(snapshot.profile_ids))
+            result._expected = (module.id, module.needs, snapshot.profile_ids, self.source_names)
         return result
 
     def _check_profile_ids(self, module_id: str, bound: Mapping[str, Any]) -> None:
@@ -339,10 +343,12 @@ class Engine:
         events = self._events(snapshot) if scans_events(sql) else 0
         shares = self.backend.shares(snapshot, sql, events)
         if len(shares) == 1 and isinstance(self.backend, LocalBackend):
+            stream = events >= STREAM_ROWS
             if shares[0] is self.snapshot:
-                return Result.of_query(self._connection_for(tables_named(sql)), sql, params, description=module_id)
+                return Result.of_query(self._connection_for(tables_named(sql)), sql, params, stream=stream,
+                                       description=module_id)
             con = snapshot_connection(shares[0], tables=tables_named(sql))
-            return Result.of_query(con, sql, params, connection=con, description=module_id)
+            return Result.of_query(con, sql, params, stream=stream, connection=con, description=module_id)
         parts = self.backend.run(shares, sql, params)
         return Result.from_arrow(combine(parts, sql, params), description=module_id)
 
@@ -400,6 +406,7 @@ class Engine:
                         else self._per_profile(include, inner, snapshot))
                 done[key] = part.arrow()
             arrow[_alias(include)] = done[key]
+        stream = sum(rows.num_rows for rows in arrow.values()) >= STREAM_ROWS
         if snapshot is self.snapshot and isinstance(self.backend, LocalBackend):
             # The engine's own connection, with the rows under names of this call alone, read now: a connection
             # with views over every file of a large warehouse takes a tenth of a second to make.
@@ -410,7 +417,7 @@ class Engine:
             for include, name in names.items():
                 con.register(name, arrow[_alias(include)])
             try:
-                rows = query_rows(con, text, used_parameters(text, bound))
+                rows = query_rows(con, text, used_parameters(text, bound), stream=stream)
             finally:
                 for name in names.values():
                     con.unregister(name)
@@ -418,7 +425,8 @@ class Engine:
         # Each include reads the rows computed above, as a stored table would be read.
         text = self.library.text(module_id, frozenset((include, _alias(include)) for include in module.includes))
         con = snapshot_connection(snapshot, arrow=arrow, tables=tables_named(text))
-        return Result.of_query(con, text, used_parameters(text, bound), connection=con, description=module_id)
+        return Result.of_query(con, text, used_parameters(text, bound), stream=stream, connection=con,
+                               description=module_id)
 
 
 def _alias(module_id: str) -> str:

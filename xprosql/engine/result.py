@@ -12,7 +12,7 @@ Example:
 from __future__ import annotations
 
 import warnings
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 import duckdb
@@ -64,8 +64,9 @@ class Result:
     def __init__(self, relation: duckdb.DuckDBPyRelation | None, *, connection: duckdb.DuckDBPyConnection | None = None,
                  description: str = "query") -> None:
         self._relation = relation
-        # A query not bound yet (of_query): (connection, SQL, parameters).
+        # A query not bound yet (of_query): (connection, SQL, parameters), and whether its rows are streamed.
         self._query: tuple[duckdb.DuckDBPyConnection, str, Mapping[str, Any] | None] | None = None
+        self._stream = False
         self._table: pa.Table | None = None
         # A connection opened for this result alone lives as long as the result.
         self._connection = connection
@@ -74,18 +75,20 @@ class Result:
         # points into SQL the user did not write).
         self._failure: str | None = None
         # Set for an analysis that declares what it needs: (module id, what it needs, the profiles it ran
-        # over as id -> file name, read when the rows are). Profiles without rows are then named.
-        self._expected: tuple[str, str, Callable[[], Mapping[str, str]]] | None = None
+        # over, their files' names by id, read when the rows are). Profiles without rows are then named.
+        self._expected: tuple[str, str, Sequence[str], Callable[[Sequence[str]], Mapping[str, str]]] | None = None
         self.notes: list[str] = []
 
     @classmethod
     def of_query(cls, con: duckdb.DuckDBPyConnection, sql: str, params: Mapping[str, Any] | None, *,
-                 connection: duckdb.DuckDBPyConnection | None = None, description: str = "query") -> Result:
-        """The rows of ``sql`` on ``con``, run when they are read, the query bound once
-        (:func:`~xprosql.engine.connection.query_rows`); a relation, bound when ``.relation`` is asked for first,
-        binds it to describe it and again to run it."""
+                 stream: bool = False, connection: duckdb.DuckDBPyConnection | None = None,
+                 description: str = "query") -> Result:
+        """The rows of ``sql`` on ``con``, run when they are read by
+        :func:`~xprosql.engine.connection.query_rows` (``stream``: many rows expected); a relation, bound when
+        ``.relation`` is asked for first, binds it to describe it and again to run it."""
         result = cls(None, connection=connection, description=description)
         result._query = (con, sql, params)
+        result._stream = stream
         return result
 
     @classmethod
@@ -114,7 +117,7 @@ class Result:
 
     def _rows(self) -> pa.Table:
         if self._relation is None and self._query is not None:
-            return query_rows(*self._query)
+            return query_rows(*self._query, stream=self._stream)
         return self.relation.to_arrow_table()
 
     def _guarded(self, run: Callable[[], Any]) -> Any:
@@ -129,17 +132,17 @@ class Result:
     def _name_profiles_without_rows(self, table: pa.Table) -> None:
         if self._expected is None:
             return
-        module_id, needs, profiles = self._expected
+        module_id, needs, profile_ids, source_names = self._expected
         if "profile_id" not in table.column_names:  # a fleet analysis: its rows are not per profile
             if table.num_rows == 0:
-                self._note(f"{module_id}: no rows over {len(profiles())} profiles: it needs {needs}")
+                self._note(f"{module_id}: no rows over {len(profile_ids)} profiles: it needs {needs}")
             return
         present = _distinct(table.column("profile_id"))
-        names = profiles()
-        missing = sorted(name for profile_id, name in names.items() if profile_id not in present)
-        if missing:
+        # The files' names are read only to name the profiles without rows.
+        if without := [profile_id for profile_id in profile_ids if profile_id not in present]:
+            missing = sorted(source_names(without).values())
             shown = ", ".join(missing[:3]) + (f" and {len(missing) - 3} more" if len(missing) > 3 else "")
-            self._note(f"{module_id}: no rows for {len(missing)} of {len(names)} profiles ({shown}): it needs {needs}")
+            self._note(f"{module_id}: no rows for {len(missing)} of {len(profile_ids)} profiles ({shown}): it needs {needs}")
 
     def _note(self, note: str) -> None:
         self.notes.append(note)

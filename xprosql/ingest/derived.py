@@ -19,7 +19,7 @@ import duckdb
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from xprosql.engine.connection import connect_views, empty_relation, query, query_rows, tables_named
+from xprosql.engine.connection import connect_views, empty_relation, query_rows, tables_named
 from xprosql.engine.library import library, used_parameters
 from xprosql.models.tables import INGEST_DERIVED_TABLES, TABLES
 from xprosql.warehouse import StagedProfile
@@ -204,7 +204,7 @@ def _derived(con: duckdb.DuckDBPyConnection) -> Iterator[tuple[str, pa.Table]]:
         if torch_ops or not module_id.startswith(_TORCH):
             text = lib.text(module_id, frozenset(_SHARED.items()))
             params = used_parameters(text, lib.bind(module_id, {}))
-            rows = query_rows(con, text, params) if name in _SUMMARIES else query(con, text, params).to_arrow_table()
+            rows = query_rows(con, text, params, stream=name not in _SUMMARIES)
         else:
             rows = _keyed(TABLES[name].empty_table(), "")
         con.register(f"derived_{name}", rows)  # what the next derived tables read

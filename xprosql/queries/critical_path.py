@@ -42,7 +42,7 @@ import numpy as np
 import pyarrow as pa
 
 from xprosql.engine import Engine, Result
-from xprosql.engine.connection import query, snapshot_connection, tables_named
+from xprosql.engine.connection import query_rows, snapshot_connection, tables_named
 from xprosql.engine.executor import SHARE_EVENTS
 from xprosql.engine.library import used_parameters
 from xprosql.queries._params import Profiles, given
@@ -106,9 +106,9 @@ def _graphs(engine: Engine, profiles: Profiles, **options: Any) -> Iterator[pa.T
     for share in shares:
         con = snapshot_connection(share, tables=tables_named(text + tpu_text))
         try:
-            tables = [query(con, text, used_parameters(text, bound)).to_arrow_table()]
+            tables = [query_rows(con, text, used_parameters(text, bound), stream=True)]
             if tpus & set(share.profile_ids):
-                tables.append(query(con, tpu_text, {}).to_arrow_table())
+                tables.append(query_rows(con, tpu_text, {}, stream=True))
         finally:
             con.close()
         table = pa.concat_tables(tables, promote_options="permissive") if len(tables) > 1 else tables[0]

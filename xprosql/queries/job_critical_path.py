@@ -360,7 +360,6 @@ def _job_graphs(engine: Engine, listed: Any, *, include_last_step: bool | None =
 
     def build(batch: list[str]) -> Any:
         graph = job_critical_path_graph(engine, profiles=batch, include_last_step=include_last_step)
-        graph.relation  # noqa: B018  # a million edges and more: read through the relation, not copied into a table
         return _in_replay_order(graph.arrow())
 
     yield from _built_ahead(build, batches)
