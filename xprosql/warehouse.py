@@ -1101,7 +1101,7 @@ class Warehouse:
         hundred bytes read in a fraction of a millisecond, where delta-rs takes 5-10 ms to open a table (and 20 ms to
         import). None where delta-rs reads it: a checkpoint, a missing entry, an action not replayed here (a deletion
         vector, a partition)."""
-        if version >= int(_CHECKPOINT_INTERVAL) or self._has_checkpoint(table):
+        if not _short_log(version) or self._has_checkpoint(table):
             return None
         adds: dict[str, dict[str, Any]] = {}
         for at in range(version + 1):
@@ -1117,10 +1117,12 @@ class Warehouse:
                     adds[unquote(add["path"])] = add
                 elif "remove" in action:
                     adds.pop(unquote(action["remove"]["path"]), None)
-        stats = {path: json.loads(add.get("stats") or "{}") for path, add in adds.items()}
-        return _as_data_files(self._data_root(table), [
-            (path, stats[path].get("numRecords"), stats[path].get("minValues", {}).get(PARTITION_COLUMN),
-             stats[path].get("maxValues", {}).get(PARTITION_COLUMN), add.get("size")) for path, add in adds.items()])
+        listed = []
+        for path, add in adds.items():
+            stats = json.loads(add.get("stats") or "{}")
+            listed.append((path, stats.get("numRecords"), stats.get("minValues", {}).get(PARTITION_COLUMN),
+                           stats.get("maxValues", {}).get(PARTITION_COLUMN), add.get("size")))
+        return _as_data_files(self._data_root(table), listed)
 
     def _has_checkpoint(self, table: str) -> bool:
         return (self.table_path(table) / _LOG / "_last_checkpoint").exists()
@@ -1246,7 +1248,7 @@ class Warehouse:
             except Exception as exc:
                 raise WarehouseError(f"{self.root}: cannot read version {at} of {table}: {exc}") from None
 
-        files = _TableFiles(load, lambda table: (pinned(table) or 0) < int(_CHECKPOINT_INTERVAL))
+        files = _TableFiles(load, lambda table: _short_log(pinned(table) or 0))
         ids = tuple(sorted(self._ids_of(files["profiles"])))
         stored, without = self._lists(info.get("lists_at"))
         snap = Snapshot(self.location, at, ids, files, stored & set(ids), without, ids, self.storage_options,
@@ -2099,6 +2101,12 @@ class RemoteWarehouse(Warehouse):
 # compaction (None for an ingest).
 if TYPE_CHECKING:
     _Plan = tuple[Mapping[str, Sequence[AddAction | RemoveAction]], Sequence[AddAction | RemoveAction], Mapping[str, Any] | None]
+
+
+def _short_log(version: int) -> bool:
+    """Whether a table's log up to ``version`` may be replayed here (``Warehouse._replayed``): it has had fewer commits
+    than the checkpoint interval, so none of its entries is behind a checkpoint."""
+    return version < int(_CHECKPOINT_INTERVAL)
 
 
 def _as_data_files(root: str, adds: Iterable[tuple[str, int | None, str | None, str | None, int | None]]) -> tuple[DataFile, ...]:

@@ -142,7 +142,7 @@ class Result:
         if without := [profile_id for profile_id in profile_ids if profile_id not in present]:
             missing = sorted(source_names(without).values())
             shown = ", ".join(missing[:3]) + (f" and {len(missing) - 3} more" if len(missing) > 3 else "")
-            self._note(f"{module_id}: no rows for {len(missing)} of {len(profile_ids)} profiles ({shown}): it needs {needs}")
+            self._note(f"{module_id}: no rows for {len(without)} of {len(profile_ids)} profiles ({shown}): it needs {needs}")
 
     def _note(self, note: str) -> None:
         self.notes.append(note)

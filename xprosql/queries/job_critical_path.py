@@ -359,8 +359,7 @@ def _job_graphs(engine: Engine, listed: Any, *, include_last_step: bool | None =
         events += size
 
     def build(batch: list[str]) -> Any:
-        graph = job_critical_path_graph(engine, profiles=batch, include_last_step=include_last_step)
-        return _in_replay_order(graph.arrow())
+        return _in_replay_order(job_critical_path_graph(engine, profiles=batch, include_last_step=include_last_step).arrow())
 
     yield from _built_ahead(build, batches)
 
