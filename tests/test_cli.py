@@ -101,3 +101,43 @@ def test_demo_keeps_its_warehouse_and_its_next_commands_run(tmp_path: Path) -> N
                              timeout=300, cwd=tmp_path)
     assert refused.returncode == 2 and "not an xprosql warehouse" in refused.stderr
     assert sorted(p.name for p in (tmp_path / "notes").iterdir()) == ["todo.txt"]
+
+
+@pytest.mark.parametrize(("argv", "collecting", "blas_threads"), [
+    (["tables", "W"], False, "1"), (["ingest", "F", "--into", "W"], False, "1"),
+    (["roofline", "W"], False, "1"), (["roofline", "W", "--measure-cpu-peaks"], False, None),
+    (["watch", "LOGDIR", "--into", "W"], True, "1"), (["mcp", "W"], True, "1"), (["record", "prog.py"], True, None),
+])
+def test_a_command_runs_without_the_collector_and_with_one_blas_thread_unless_it_needs_them(
+    argv: list[str], collecting: bool, blas_threads: str | None, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A one-shot command runs with the cyclic garbage collector off (its passes over the libraries' objects cost a
+    small command tens of ms), and numpy's OpenBLAS, imported from there on (the batch's workers too), with one thread
+    (its threads' spin at start took 0.1 s of CPU); watch and mcp keep the collector, as they run as long as they are
+    left; the CPU peaks' matrix product keeps every core; the program record runs gets both as they were. The
+    caller's settings are back afterwards, whatever the command did."""
+    import gc
+    import os
+
+    from xprosql import _cli_commands
+
+    monkeypatch.delenv("OPENBLAS_NUM_THREADS", raising=False)
+    seen: list[tuple[bool, str | None]] = []
+    monkeypatch.setitem(_cli_commands.COMMANDS, argv[0],
+                        lambda args: seen.append((gc.isenabled(), os.environ.get("OPENBLAS_NUM_THREADS"))) or 0)
+    assert gc.isenabled()
+    assert main(argv) == 0
+    assert seen == [(collecting, blas_threads)]
+    assert gc.isenabled()
+    assert "OPENBLAS_NUM_THREADS" not in os.environ
+
+
+def test_an_ingest_worker_runs_without_the_cyclic_collector() -> None:
+    """The batch's worker processes (spawned) run only xprosql's ingest: the collector is off there too."""
+    import gc
+
+    from xprosql.ingest.batch import _pool
+
+    with _pool(1) as pool:
+        assert pool.submit(gc.isenabled).result() is False
+    assert gc.isenabled()  # this process's collector is untouched

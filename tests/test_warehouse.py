@@ -474,3 +474,21 @@ def test_a_new_warehouse_creates_its_tables_as_delta_rs_does(tmp_path: Path) -> 
     Warehouse(tmp_path / "ours").create()
     assert tree_digest(tmp_path / "ours") == before
     assert not list((tmp_path / "ours" / "_xprosql").iterdir())
+
+
+def test_unsigned_columns_stored_as_the_same_bits_read_back_as_written() -> None:
+    """Data files store uint64 columns as int64 of the same bits (Delta has no unsigned type); the views read them
+    back as UBIGINT. Hand-built values at the edges no real profile shows together (0, 2**63, the largest, null),
+    in two chunks, the second sliced."""
+    from xprosql.warehouse import file_schema, to_file_types, unsigned_sql
+
+    values = [0, 2**63 - 1, 2**63, 2**64 - 1, None]
+    column = pa.chunked_array([pa.array(values[:2], pa.uint64()), pa.array([7, *values[2:]], pa.uint64()).slice(1)])
+    rows = pa.table({"program_id": column, "n": pa.array(range(len(values)), pa.int64())})
+    stored = to_file_types("events", rows)
+    assert stored.schema.field("program_id").type == file_schema("events").field("program_id").type == pa.int64()
+    assert stored.column("program_id").to_pylist() == [0, 2**63 - 1, -(2**63), -1, None]
+    con = duckdb.connect()
+    con.register("stored", stored)
+    back = con.sql(f"SELECT *{unsigned_sql('events')} FROM stored ORDER BY n").fetchall()
+    assert [program_id for program_id, _ in back] == values

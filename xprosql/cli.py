@@ -17,10 +17,13 @@ Example:
 from __future__ import annotations
 
 import argparse
+import gc
+import os
 import signal
 import sys
 import warnings
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from typing import NoReturn
 
 from xprosql._version import __version__
@@ -277,6 +280,43 @@ def main(argv: Sequence[str] | None = None) -> int:
     and returns 2; only a bug of xprosql shows a traceback.
     """
     args = _parser().parse_args(argv)
+    with _command_process(args):
+        return _run(args)
+
+
+# The libraries a command imports make some 300,000 objects that live as long as its process, and the cyclic garbage
+# collector's passes walk them again and again: 40 ms of a small file's `xprosql ingest`, 13 ms of an analysis, 0.6 s of
+# 112 files ingested in one process (benchmarks/RESULTS.md). xprosql's own work leaves few cycles (about 2,300 objects
+# after 112 files ingested or 100 profiles compacted), so the collector is off while a command runs; but not in the
+# commands that run for as long as they are left (watch, mcp), nor in the one that runs the user's program (record).
+_COLLECTING = frozenset({"watch", "mcp", "record"})
+# numpy's OpenBLAS starts a thread per core as numpy is imported, and each spins for about 0.1 s of CPU before it
+# sleeps: on two cores, 0.1 s taken from a small file's ingest and as much from an analysis (benchmarks/RESULTS.md).
+# xprosql does no linear algebra but --measure-cpu-peaks' matrix product, which wants every core; a recorded program
+# gets the environment it was given.
+_BLAS_THREADS = "OPENBLAS_NUM_THREADS"
+
+
+@contextmanager
+def _command_process(args: argparse.Namespace) -> Iterator[None]:
+    """The process as a command runs in: the cyclic collector off (:data:`_COLLECTING`), one BLAS thread for numpy
+    imported from here on and for the batch's workers (:data:`_BLAS_THREADS`); as the caller had them afterwards,
+    since :func:`main` may run inside another program."""
+    collecting, blas = gc.isenabled(), os.environ.get(_BLAS_THREADS)
+    if args.subcommand not in _COLLECTING:
+        gc.disable()
+    if args.subcommand != "record" and not getattr(args, "measure_cpu_peaks", False):
+        os.environ.setdefault(_BLAS_THREADS, "1")
+    try:
+        yield
+    finally:
+        if collecting:
+            gc.enable()
+        if blas is None:
+            os.environ.pop(_BLAS_THREADS, None)
+
+
+def _run(args: argparse.Namespace) -> int:
     from xprosql import _cli_commands as commands  # after parsing: --help needs none of it
 
     # What a command warns of (an analysis with no rows for some profiles, ...) comes as a line each after its
