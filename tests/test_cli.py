@@ -107,14 +107,17 @@ def test_demo_keeps_its_warehouse_and_its_next_commands_run(tmp_path: Path) -> N
     (["tables", "W"], False, "1"), (["ingest", "F", "--into", "W"], False, "1"),
     (["roofline", "W"], False, "1"), (["roofline", "W", "--measure-cpu-peaks"], False, None),
     (["watch", "LOGDIR", "--into", "W"], True, "1"), (["mcp", "W"], True, "1"), (["record", "prog.py"], True, None),
+    (["ingest", "s3://bucket/logs/", "--into", "W"], True, "1"), (["tables", "gs://bucket/run"], True, "1"),
+    (["ingest", "F", "--into", "W", "--cluster", "tcp://127.0.0.1:8786"], True, "1"),
 ])
 def test_a_command_runs_without_the_collector_and_with_one_blas_thread_unless_it_needs_them(
     argv: list[str], collecting: bool, blas_threads: str | None, monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """A one-shot command runs with the cyclic garbage collector off (its passes over the libraries' objects cost a
-    small command tens of ms), and numpy's OpenBLAS, imported from there on (the batch's workers too), with one thread
-    (its threads' spin at start took 0.1 s of CPU); watch and mcp keep the collector, as they run as long as they are
-    left; the CPU peaks' matrix product keeps every core; the program record runs gets both as they were. The
+    """A one-shot command on local files runs with the cyclic garbage collector off (its passes over the libraries'
+    objects cost a small command tens of ms), and numpy's OpenBLAS, imported from there on (the batch's workers too),
+    with one thread (its threads' spin at start took 0.1 s of CPU); watch and mcp keep the collector, as they run as
+    long as they are left, and so does a command naming a URL (object storage's and a cluster's asyncio clients leave
+    cycles); the CPU peaks' matrix product keeps every core; the program record runs gets both as they were. The
     caller's settings are back afterwards, whatever the command did."""
     import gc
     import os
@@ -132,12 +135,14 @@ def test_a_command_runs_without_the_collector_and_with_one_blas_thread_unless_it
     assert "OPENBLAS_NUM_THREADS" not in os.environ
 
 
-def test_an_ingest_worker_runs_without_the_cyclic_collector() -> None:
-    """The batch's worker processes (spawned) run only xprosql's ingest: the collector is off there too."""
+@pytest.mark.parametrize("collecting", [False, True])
+def test_an_ingest_worker_runs_without_the_cyclic_collector_on_local_files(collecting: bool) -> None:
+    """The batch's worker processes (spawned) run only xprosql's ingest: the collector is off there too, but for
+    object storage's files or warehouse."""
     import gc
 
     from xprosql.ingest.batch import _pool
 
-    with _pool(1) as pool:
-        assert pool.submit(gc.isenabled).result() is False
+    with _pool(1, collecting=collecting) as pool:
+        assert pool.submit(gc.isenabled).result() is collecting
     assert gc.isenabled()  # this process's collector is untouched

@@ -238,6 +238,27 @@ def test_an_s3_log_prefix_ingests_as_the_same_local_tree(s3: dict[str, str], log
 
 
 @pytest.mark.slow
+def test_workers_keep_their_cyclic_collector_for_object_storage(
+    s3: dict[str, str], log_tree: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A batch's workers run without the cyclic garbage collector on local files, with it on object storage's
+    (whose asyncio clients leave cycles with every request): files or warehouse."""
+    from xprosql.ingest import batch
+
+    pools: list[bool] = []
+    real = batch._pool
+    monkeypatch.setattr(batch, "_pool", lambda workers, *, collecting: pools.append(collecting) or real(
+        workers, collecting=collecting))
+    bucket = _bucket(s3)
+    _upload_tree(s3, bucket, log_tree, "logs")
+    assert xprosql.ingest(log_tree, into=tmp_path / "local", jobs=2, compact=False).ok
+    assert xprosql.ingest(f"s3://{bucket}/logs/", into=tmp_path / "from_s3", jobs=2, storage_options=s3,
+                          compact=False).ok
+    assert xprosql.ingest(log_tree, into=f"s3://{bucket}/run", jobs=2, storage_options=s3, compact=False).ok
+    assert pools == [False, True, True]
+
+
+@pytest.mark.slow
 def test_compaction_load_and_time_travel_on_s3(s3: dict[str, str], local_small: Path) -> None:
     uri = f"s3://{_bucket(s3)}/run"
     assert xprosql.ingest([*SMALL, XSPACE], into=uri, storage_options=s3, compact=False).ok

@@ -286,9 +286,11 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 # The libraries a command imports make some 300,000 objects that live as long as its process, and the cyclic garbage
 # collector's passes walk them again and again: 40 ms of a small file's `xprosql ingest`, 13 ms of an analysis, 0.6 s of
-# 112 files ingested in one process (benchmarks/RESULTS.md). xprosql's own work leaves few cycles (about 2,300 objects
-# after 112 files ingested or 100 profiles compacted), so the collector is off while a command runs; but not in the
-# commands that run for as long as they are left (watch, mcp), nor in the one that runs the user's program (record).
+# 112 files ingested in one process (benchmarks/RESULTS.md). xprosql's own work on local files leaves few cycles (about
+# 2,300 objects after 112 files ingested or 100 profiles compacted), so the collector is off while such a command runs;
+# but not in the commands that run for as long as they are left (watch, mcp), nor in the one that runs the user's
+# program (record), nor where a command names a URL (object storage, a cluster's scheduler): the network clients'
+# asyncio leaves some 370 objects in cycles a file.
 _COLLECTING = frozenset({"watch", "mcp", "record"})
 # numpy's OpenBLAS starts a thread per core as numpy is imported, and each spins for about 0.1 s of CPU before it
 # sleeps: on two cores, 0.1 s taken from a small file's ingest and as much from an analysis (benchmarks/RESULTS.md).
@@ -303,7 +305,7 @@ def _command_process(args: argparse.Namespace) -> Iterator[None]:
     imported from here on and for the batch's workers (:data:`_BLAS_THREADS`); as the caller had them afterwards,
     since :func:`main` may run inside another program."""
     collecting, blas = gc.isenabled(), os.environ.get(_BLAS_THREADS)
-    if args.subcommand not in _COLLECTING:
+    if args.subcommand not in _COLLECTING and not _names_a_url(args):
         gc.disable()
     if args.subcommand != "record" and not getattr(args, "measure_cpu_peaks", False):
         os.environ.setdefault(_BLAS_THREADS, "1")
@@ -314,6 +316,12 @@ def _command_process(args: argparse.Namespace) -> Iterator[None]:
             gc.enable()
         if blas is None:
             os.environ.pop(_BLAS_THREADS, None)
+
+
+def _names_a_url(args: argparse.Namespace) -> bool:
+    """Whether any argument is a URL (``s3://...``, ``tcp://...``: ``file://`` too, to keep it simple)."""
+    values = [item for value in vars(args).values() for item in (value if isinstance(value, list) else [value])]
+    return any(isinstance(value, str) and "://" in value for value in values)
 
 
 def _run(args: argparse.Namespace) -> int:

@@ -733,7 +733,7 @@ _PARENT: int | None = None
 _PR_SET_PDEATHSIG = 1
 
 
-def _worker_init(parent: int) -> None:
+def _worker_init(parent: int, collecting: bool) -> None:
     global _PARENT
     _PARENT = parent
     # The parent decides what Ctrl-C does: it lets running files finish and commit.
@@ -745,9 +745,10 @@ def _worker_init(parent: int) -> None:
         pass
     if os.getppid() != parent:  # the parent died before the signal was armed
         os._exit(1)
-    # A worker runs only xprosql's ingest, whose files leave few reference cycles; the cyclic collector's passes over
-    # the libraries' objects were 0.6 s of 112 files (benchmarks/RESULTS.md, and xprosql.cli, which does the same).
-    gc.disable()
+    # A worker runs only xprosql's ingest, whose local files leave few reference cycles; the cyclic collector's passes
+    # over the libraries' objects were 0.6 s of 112 files (benchmarks/RESULTS.md, and xprosql.cli, which does the same).
+    if not collecting:
+        gc.disable()
 
 
 class _Progress:
@@ -986,10 +987,12 @@ def _ingest_serial(
             return
 
 
-def _pool(workers: int) -> cf.ProcessPoolExecutor:
+def _pool(workers: int, *, collecting: bool) -> cf.ProcessPoolExecutor:
+    """Worker processes; ``collecting``: keep their cyclic garbage collector (object storage's asyncio clients leave
+    cycles with every request)."""
     # spawn: the parent may hold DuckDB and Polars thread pools, which fork would copy mid-flight.
     return cf.ProcessPoolExecutor(max_workers=workers, mp_context=multiprocessing.get_context("spawn"),
-                                  initializer=_worker_init, initargs=(os.getpid(),))
+                                  initializer=_worker_init, initargs=(os.getpid(), collecting))
 
 
 def _ingest_parallel(
@@ -1021,7 +1024,8 @@ def _run_pools(
     work: list[tuple[_Source, dict[str, str]]], warehouse: Warehouse, jobs: int, report: IngestReport,
     bar: _Progress | None, sizes: dict[_Source, int], *, keep_secrets: bool,
 ) -> None:
-    executor = _pool(min(jobs, len(work)))
+    collecting = is_uri(warehouse.location) or any(isinstance(path, RemoteFile) for path, _ in work)
+    executor = _pool(min(jobs, len(work)), collecting=collecting)
     tags_of = dict(work)
 
     def submit(pool: cf.ProcessPoolExecutor, chunk: list[_Source]) -> cf.Future:
@@ -1080,7 +1084,7 @@ def _run_pools(
         for group in ([retry] if workers > 1 else [[path] for path in retry]):
             if not group:
                 continue
-            again = _pool(min(workers, len(group)))
+            again = _pool(min(workers, len(group)), collecting=collecting)
             tries = {submit(again, chunk): chunk for chunk in _chunks(group, workers)}
             collect(cf.wait(tries).done, tries)
             again.shutdown(wait=True)
