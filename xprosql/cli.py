@@ -294,28 +294,38 @@ def main(argv: Sequence[str] | None = None) -> int:
 _COLLECTING = frozenset({"watch", "mcp", "record"})
 # numpy's OpenBLAS starts a thread per core as numpy is imported, and each spins for about 0.1 s of CPU before it
 # sleeps: on two cores, 0.1 s taken from a small file's ingest and as much from an analysis (benchmarks/RESULTS.md).
-# xprosql does no linear algebra but --measure-cpu-peaks' matrix product, which wants every core; a recorded program
-# gets the environment it was given.
+# xprosql does no linear algebra but --measure-cpu-peaks' matrix product, which wants every core.
 _BLAS_THREADS = "OPENBLAS_NUM_THREADS"
+# pyarrow's default allocator, mimalloc, held 30-35 MB more at the peak of the 32 MB file's ingest than the system's
+# malloc, and spent up to twice its system time on the 5.3 M-event file (benchmarks/RESULTS.md).
+_ARROW_POOL = "ARROW_DEFAULT_MEMORY_POOL"
+
+
+def _environment(args: argparse.Namespace) -> dict[str, str]:
+    """The environment variables a command runs with, read as numpy and pyarrow load (after this, in this process and
+    in the batch's workers); a recorded program gets the environment it was given."""
+    if args.subcommand == "record":
+        return {}
+    return {_ARROW_POOL: "system", **({} if getattr(args, "measure_cpu_peaks", False) else {_BLAS_THREADS: "1"})}
 
 
 @contextmanager
 def _command_process(args: argparse.Namespace) -> Iterator[None]:
-    """The process as a command runs in: the cyclic collector off (:data:`_COLLECTING`), one BLAS thread for numpy
-    imported from here on and for the batch's workers (:data:`_BLAS_THREADS`); as the caller had them afterwards,
-    since :func:`main` may run inside another program."""
-    collecting, blas = gc.isenabled(), os.environ.get(_BLAS_THREADS)
+    """The process as a command runs in: the cyclic collector off (:data:`_COLLECTING`), the environment of
+    :func:`_environment` where the caller's sets none of it; as the caller had them afterwards, since :func:`main` may
+    run inside another program."""
+    collecting = gc.isenabled()
     if args.subcommand not in _COLLECTING and not _names_a_url(args):
         gc.disable()
-    if args.subcommand != "record" and not getattr(args, "measure_cpu_peaks", False):
-        os.environ.setdefault(_BLAS_THREADS, "1")
+    added = {name: value for name, value in _environment(args).items() if name not in os.environ}
+    os.environ.update(added)
     try:
         yield
     finally:
         if collecting:
             gc.enable()
-        if blas is None:
-            os.environ.pop(_BLAS_THREADS, None)
+        for name in added:
+            os.environ.pop(name, None)
 
 
 def _names_a_url(args: argparse.Namespace) -> bool:
