@@ -20,7 +20,7 @@ from hypothesis import strategies as st
 
 import xprosql
 from xprosql.cli import main
-from xprosql.ingest.secrets import REDACTED, Redactor, _holding, is_secret_key
+from xprosql.ingest.secrets import REDACTED, Redactor, _holding, _secret_keys, is_secret_key
 from xprosql.protos import xplane_pb2
 
 # One fake credential of every kind the redactor knows by its shape.
@@ -148,6 +148,18 @@ def test_the_prefilter_changes_no_result(values: list[str | None]) -> None:
     assert replaced.to_pylist() == expected.to_pylist()
     as_list = [0] * len(values) if counts is None else counts.to_pylist()
     assert as_list == ([0] * len(values) if expected_counts is None else expected_counts.to_pylist())
+
+
+_KEY_PARTS = [*_KEYS, "_", ".", "-", "s", "S", "x", "9", "TOKEN", "Token", "auth", "Auth", "key", "Key", "api", "passw",
+              "or", "d", "credential", "secret", "private", "access", "Api"]
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.one_of(st.none(), st.lists(st.sampled_from(_KEY_PARTS), max_size=5).map("".join), st.text(max_size=10)),
+                max_size=12))
+def test_stat_names_found_secret_as_each_one_alone(names: list[str | None]) -> None:
+    """A batch's stat names are matched in Python only where they hold a secret word: the same as every name."""
+    assert _secret_keys(pa.array(names, pa.string())).to_pylist() == [n is not None and is_secret_key(n) for n in names]
 
 
 @settings(max_examples=150, deadline=None)

@@ -277,6 +277,19 @@ def test_a_staged_profile_writes_files_only_for_the_tables_with_rows(tmp_path: P
         staged.discard()
 
 
+def test_rows_staged_in_many_row_groups_are_those_staged_in_one(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every row group's profile_id is a slice of one array per staged profile, made again when a row group is
+    larger: with row groups of 997 rows (sizes varying by table and batch, the events of two real profiles in many),
+    every table holds the rows, profile ids included, of an ingest in whole tables."""
+    samples = [TPU_SAMPLE, GPU_SAMPLE]
+    assert xprosql.ingest(samples, into=tmp_path / "whole").ok
+    monkeypatch.setattr("xprosql.warehouse.ROW_GROUP_ROWS", 997)
+    assert xprosql.ingest(samples, into=tmp_path / "groups").ok
+    groups = pq.ParquetFile(next((tmp_path / "groups" / "events").rglob("*.parquet"))).metadata.num_row_groups
+    assert groups > 2
+    assert table_digest(tmp_path / "groups") == table_digest(tmp_path / "whole")
+
+
 @pytest.mark.slow
 def test_time_travel_returns_the_earlier_snapshot(tmp_path: Path) -> None:
     root = tmp_path / "run"

@@ -544,6 +544,7 @@ class StagedProfile:
         self._closed: set[str] = set()
         self._thread: ThreadPoolExecutor | None = None
         self._in_flight: deque[Future[None]] = deque()
+        self._ids = pa.array([], pa.string())  # profile_id repeated, sliced for each row group
 
     def file(self, table: str) -> Path:
         """The staged Parquet file of ``table`` (written once :meth:`finish` closed it; none for a table without
@@ -566,8 +567,20 @@ class StagedProfile:
         batches = self._pending.pop(table, [])
         rows = pa.Table.from_batches(batches, TABLES[table]) if batches else None
         if rows is not None:  # a constant column: one dictionary entry per row group in the file
-            rows = to_file_types(table, rows.add_column(0, PARTITION_COLUMN, pa.repeat(pa.scalar(self.profile_id), rows.num_rows)))
+            rows = to_file_types(table, rows.add_column(0, PARTITION_COLUMN, self._profile_ids(rows.num_rows)))
         self._submit(self._write_rows, table, rows)
+
+    def _profile_ids(self, rows: int) -> pa.Array:
+        """``profile_id`` ``rows`` times: a slice of one array, made again only for a larger row group. ``pa.repeat``
+        per row group took 0.1-0.3 s of the 5.3 M-event file's 10 M rows, once per table 0.01-0.15 s; the buffers
+        from numpy take 7-8 ms."""
+        if len(self._ids) < rows:
+            import numpy as np
+
+            text = self.profile_id.encode()
+            offsets = np.arange(0, (rows + 1) * len(text), len(text), dtype=np.int32)
+            self._ids = pa.Array.from_buffers(pa.string(), rows, [None, pa.py_buffer(offsets), pa.py_buffer(text * rows)])
+        return self._ids.slice(0, rows)
 
     def _write_rows(self, table: str, rows: pa.Table | None) -> None:
         import pyarrow.parquet as pq

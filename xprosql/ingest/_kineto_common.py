@@ -19,11 +19,11 @@ from pathlib import PurePath
 from typing import Any, TypeGuard, cast
 
 import msgspec
-import numpy as np
 import pyarrow as pa
 from isal import igzip, isal_zlib
 
 from xprosql.errors import IngestError
+from xprosql.ingest._nulls import nulls, zeros
 from xprosql.ingest.xspace_wire import available_memory
 from xprosql.models import hardware
 from xprosql.models.recording import PM_SAMPLING_CATEGORY, RECORDER_KEY
@@ -344,20 +344,10 @@ def events_table(columns: dict[str, pa.Array], n_events: int) -> pa.Table:
     # Sorted so that range filters skip row groups; only the set columns need reordering.
     order = pa.table({"start_ps": columns["start_ps"], "event_id": columns["event_id"]}).sort_by(
         [("start_ps", "ascending"), ("event_id", "ascending")])["event_id"]
-    zeros = pa.py_buffer(np.zeros(8 * n_events + 8, np.uint8))  # every all-null column's buffers: 13 of 21 here
+    shared = zeros(n_events)  # every all-null column's buffers: 13 of 21 here
     return pa.Table.from_arrays(
-        [columns[f.name].cast(f.type).take(order) if f.name in columns else nulls(f.type, n_events, zeros)
+        [columns[f.name].cast(f.type).take(order) if f.name in columns else nulls(f.type, n_events, shared)
          for f in TABLES["events"]], schema=TABLES["events"])
-
-
-def nulls(type_: pa.DataType, n: int, zeros: pa.Buffer) -> pa.Array:
-    """``pa.nulls(n, type_)`` over ``zeros`` (zero bytes, at least 8 per row and 8 more), which every call may share:
-    pa.nulls allocates each column's buffers anew."""
-    if pa.types.is_dictionary(type_):
-        return pa.DictionaryArray.from_arrays(nulls(type_.index_type, n, zeros), pa.array([], type_.value_type))
-    # Fixed-width data, a bitmap or offsets (all zero: empty values) fit in the zero bytes alike.
-    buffers = [zeros, zeros] + ([zeros] if pa.types.is_string(type_) or pa.types.is_binary(type_) else [])
-    return pa.Array.from_buffers(type_, n, buffers, null_count=n)
 
 
 def tail(trace: Mapping[str, Any], layout_: Layout, tables: dict[str, pa.RecordBatch], *, start_ns: int,

@@ -17,6 +17,8 @@ import polars as pl
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from xprosql.ingest._nulls import nulls
+
 __all__ = ["STAT_KIND_CODES", "Column", "Promoted", "codes_of", "last_per_owner", "plane_lookup", "sort_order",
            "stat_strings", "unify"]
 
@@ -35,10 +37,11 @@ class Column:
     def take(self, rows: np.ndarray) -> Column:
         return Column(np.take(self.values, rows), None if self.valid is None else np.take(self.valid, rows), self.dictionary)
 
-    def to_arrow(self, type_: pa.DataType) -> pa.Array:
-        """As an Arrow array of ``type_`` (a dictionary type for strings), sharing the values' memory where it can."""
+    def to_arrow(self, type_: pa.DataType, *, zeros: pa.Buffer | None = None) -> pa.Array:
+        """As an Arrow array of ``type_`` (a dictionary type for strings), sharing the values' memory where it can;
+        all null over ``zeros`` (:func:`xprosql.ingest._nulls.zeros`, for this many rows) where given."""
         if self.valid is not None and not self.valid.any():  # promoted columns are often empty
-            return pa.nulls(len(self.valid), type_)
+            return pa.nulls(len(self.valid), type_) if zeros is None else nulls(type_, len(self.valid), zeros)
         bitmap = None if self.valid is None or self.valid.all() else pa.py_buffer(np.packbits(self.valid, bitorder="little"))
         if self.dictionary is not None:
             codes = pa.Array.from_buffers(pa.int32(), len(self.values), [bitmap, pa.py_buffer(_as(self.values, np.int32))])

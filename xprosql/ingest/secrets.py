@@ -96,7 +96,7 @@ class Redactor:
         if table in _STAT_TABLES and "stat" in batch.schema.names:
             stats = batch.column("stat")
             names = stats.dictionary if isinstance(stats, pa.DictionaryArray) else stats
-            flags = pa.array([n is not None and is_secret_key(n) for n in names.to_pylist()], pa.bool_())
+            flags = _secret_keys(names)
             secret_stat = pc.take(flags, stats.indices) if isinstance(stats, pa.DictionaryArray) else flags
         holding = _holding(batch.columns)
         for i, (field, column) in enumerate(zip(batch.schema, batch.columns)):
@@ -145,6 +145,17 @@ class Redactor:
             values = pc.replace_substring_regex(values, pattern, replacement)
             counts = found if counts is None else pc.add(counts, found)
         return values, (None if counts is None else pc.fill_null(counts, 0))
+
+
+def _secret_keys(names: pa.Array) -> pa.Array:
+    """:func:`is_secret_key` of each of ``names`` (null: False). Only the names holding a secret word, as every secret
+    key does, are matched in Python: a batch's stat names are a profile's, 1,400 of a V100 profile in each of its
+    batches (8 ms a profile)."""
+    words = pc.fill_null(pc.match_substring_regex(names, _WORDS, ignore_case=True), False)
+    flags = [False] * len(names)
+    for i in pc.indices_nonzero(words).to_pylist():
+        flags[i] = is_secret_key(names[i].as_py())
+    return pa.array(flags, pa.bool_())
 
 
 def _distinct_text(column: pa.Array) -> pa.Array | None:

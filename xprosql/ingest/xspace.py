@@ -32,6 +32,7 @@ import pyarrow.compute as pc
 from xprosql.errors import IngestError
 from xprosql.ingest import _xspace_events as _events
 from xprosql.ingest import counters, hlo
+from xprosql.ingest._nulls import zeros
 from xprosql.ingest._xspace_events import Column
 from xprosql.ingest.xspace_wire import STAT_KINDS, RawEvents, RawSpace, read_raw
 from xprosql.models import hardware
@@ -563,9 +564,9 @@ class _Events:
         module.set(need[hit], Column(at[hit].astype(np.int32), np.ones(int(hit.sum()), dtype=bool), names))
 
     def arrays(self, rows: np.ndarray, md_row: np.ndarray, promoted: dict[str, Column],
-               names: Sequence[str]) -> dict[str, pa.Array]:
+               names: Sequence[str], *, zeros: pa.Buffer | None = None) -> dict[str, pa.Array]:
         """The columns ``names`` at ``rows`` (of the chunk), whose metadata rows are ``md_row`` and promoted values
-        ``promoted``."""
+        ``promoted``; all-null ones over ``zeros`` where given (:meth:`Column.to_arrow`)."""
         chunk, schema = self.chunk, TABLES["events"]
         line = np.take(chunk.event_line, rows)
         build: dict[str, Callable[[], Column]] = {
@@ -581,7 +582,7 @@ class _Events:
                                               np.take(chunk.event_is_aggregate, rows)),
             **{column: partial(promoted.__getitem__, column) for column in promoted},  # mypy types no lambda with a default
         }
-        return {name: build[name]().to_arrow(schema.field(name).type) for name in names}
+        return {name: build[name]().to_arrow(schema.field(name).type, zeros=zeros) for name in names}
 
     def batches(self, batch_rows: int) -> Iterator[tuple[str, pa.RecordBatch]]:
         """The events table sorted by start time (then event id; aggregated events last), batch by batch."""
@@ -591,11 +592,12 @@ class _Events:
         rank[order] = np.arange(len(order))
         promoted = {column: values.ranked(rank) for column, values in self.promoted.items()}
         del rank
+        shared = zeros(min(batch_rows, len(order)))  # about twelve all-null columns a batch
         for first in range(0, len(order), batch_rows):
             rows = order[first : first + batch_rows]
             md_row = self.md_row[rows]
             own = {column: values.batch(first, md_row) for column, values in promoted.items()}
-            arrays = self.arrays(rows, md_row, own, schema.names)
+            arrays = self.arrays(rows, md_row, own, schema.names, zeros=shared)
             yield "events", pa.RecordBatch.from_arrays(list(arrays.values()), schema=schema)
         if not len(order):
             yield "events", pa.RecordBatch.from_pylist([], schema=schema)
@@ -703,10 +705,11 @@ def _rest_stats(space: _Space) -> tuple[dict[str, Column | pa.Array], np.ndarray
 def _column_batches(table: str, columns: dict[str, Column | pa.Array], rows: np.ndarray,
                     batch_rows: int) -> Iterator[tuple[str, pa.RecordBatch]]:
     """``rows`` of ``columns`` as the table's record batches, gathered one batch at a time."""
-    schema = TABLES[table]
+    schema, shared = TABLES[table], zeros(min(batch_rows, len(rows)))
     for first in range(0, len(rows), batch_rows):
         chunk = rows[first : first + batch_rows]
-        arrays = [column.take(pa.array(chunk)) if isinstance(column, pa.Array) else column.take(chunk).to_arrow(field.type)
+        arrays = [column.take(pa.array(chunk)) if isinstance(column, pa.Array)
+                  else column.take(chunk).to_arrow(field.type, zeros=shared)
                   for field, column in zip(schema, (columns[name] for name in schema.names))]
         yield table, pa.RecordBatch.from_arrays(arrays, schema=schema)
     if not len(rows):
