@@ -14,15 +14,15 @@ def zeros(rows: int) -> pa.Buffer:
     return pa.py_buffer(np.zeros(8 * rows + 8, np.uint8))
 
 
-def nulls(type_: pa.DataType, n: int, zeros: pa.Buffer) -> pa.Array:
-    """``pa.nulls(n, type_)`` over ``zeros`` (from :func:`zeros`, for ``n`` rows or more), which every call may share.
+def nulls(type_: pa.DataType, n: int, zeroed: pa.Buffer) -> pa.Array:
+    """``pa.nulls(n, type_)`` over ``zeroed`` (from :func:`zeros`, for ``n`` rows or more), which every call may share.
 
     Example:
         >>> nulls(pa.int64(), 3, zeros(3)).to_pylist()
         [None, None, None]
     """
     if pa.types.is_dictionary(type_):
-        return pa.DictionaryArray.from_arrays(nulls(type_.index_type, n, zeros), pa.array([], type_.value_type))
+        return pa.DictionaryArray.from_arrays(nulls(type_.index_type, n, zeroed), pa.array([], type_.value_type))
     # Fixed-width data, a bitmap or offsets (all zero: empty values) fit in the zero bytes alike.
-    buffers = [zeros, zeros] + ([zeros] if pa.types.is_string(type_) or pa.types.is_binary(type_) else [])
+    buffers = [zeroed, zeroed] + ([zeroed] if pa.types.is_string(type_) or pa.types.is_binary(type_) else [])
     return pa.Array.from_buffers(type_, n, buffers, null_count=n)

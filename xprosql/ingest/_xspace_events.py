@@ -37,11 +37,11 @@ class Column:
     def take(self, rows: np.ndarray) -> Column:
         return Column(np.take(self.values, rows), None if self.valid is None else np.take(self.valid, rows), self.dictionary)
 
-    def to_arrow(self, type_: pa.DataType, *, zeros: pa.Buffer | None = None) -> pa.Array:
+    def to_arrow(self, type_: pa.DataType, *, zeroed: pa.Buffer | None = None) -> pa.Array:
         """As an Arrow array of ``type_`` (a dictionary type for strings), sharing the values' memory where it can;
-        all null over ``zeros`` (:func:`xprosql.ingest._nulls.zeros`, for this many rows) where given."""
+        all null over ``zeroed`` (:func:`xprosql.ingest._nulls.zeros`, for this many rows) where given."""
         if self.valid is not None and not self.valid.any():  # promoted columns are often empty
-            return pa.nulls(len(self.valid), type_) if zeros is None else nulls(type_, len(self.valid), zeros)
+            return pa.nulls(len(self.valid), type_) if zeroed is None else nulls(type_, len(self.valid), zeroed)
         bitmap = None if self.valid is None or self.valid.all() else pa.py_buffer(np.packbits(self.valid, bitorder="little"))
         if self.dictionary is not None:
             codes = pa.Array.from_buffers(pa.int32(), len(self.values), [bitmap, pa.py_buffer(_as(self.values, np.int32))])

@@ -564,9 +564,9 @@ class _Events:
         module.set(need[hit], Column(at[hit].astype(np.int32), np.ones(int(hit.sum()), dtype=bool), names))
 
     def arrays(self, rows: np.ndarray, md_row: np.ndarray, promoted: dict[str, Column],
-               names: Sequence[str], *, zeros: pa.Buffer | None = None) -> dict[str, pa.Array]:
+               names: Sequence[str], *, zeroed: pa.Buffer | None = None) -> dict[str, pa.Array]:
         """The columns ``names`` at ``rows`` (of the chunk), whose metadata rows are ``md_row`` and promoted values
-        ``promoted``; all-null ones over ``zeros`` where given (:meth:`Column.to_arrow`)."""
+        ``promoted``; all-null ones over ``zeroed`` where given (:meth:`Column.to_arrow`)."""
         chunk, schema = self.chunk, TABLES["events"]
         line = np.take(chunk.event_line, rows)
         build: dict[str, Callable[[], Column]] = {
@@ -582,7 +582,7 @@ class _Events:
                                               np.take(chunk.event_is_aggregate, rows)),
             **{column: partial(promoted.__getitem__, column) for column in promoted},  # mypy types no lambda with a default
         }
-        return {name: build[name]().to_arrow(schema.field(name).type, zeros=zeros) for name in names}
+        return {name: build[name]().to_arrow(schema.field(name).type, zeroed=zeroed) for name in names}
 
     def batches(self, batch_rows: int) -> Iterator[tuple[str, pa.RecordBatch]]:
         """The events table sorted by start time (then event id; aggregated events last), batch by batch."""
@@ -597,7 +597,7 @@ class _Events:
             rows = order[first : first + batch_rows]
             md_row = self.md_row[rows]
             own = {column: values.batch(first, md_row) for column, values in promoted.items()}
-            arrays = self.arrays(rows, md_row, own, schema.names, zeros=shared)
+            arrays = self.arrays(rows, md_row, own, schema.names, zeroed=shared)
             yield "events", pa.RecordBatch.from_arrays(list(arrays.values()), schema=schema)
         if not len(order):
             yield "events", pa.RecordBatch.from_pylist([], schema=schema)
@@ -709,7 +709,7 @@ def _column_batches(table: str, columns: dict[str, Column | pa.Array], rows: np.
     for first in range(0, len(rows), batch_rows):
         chunk = rows[first : first + batch_rows]
         arrays = [column.take(pa.array(chunk)) if isinstance(column, pa.Array)
-                  else column.take(chunk).to_arrow(field.type, zeros=shared)
+                  else column.take(chunk).to_arrow(field.type, zeroed=shared)
                   for field, column in zip(schema, (columns[name] for name in schema.names))]
         yield table, pa.RecordBatch.from_arrays(arrays, schema=schema)
     if not len(rows):
