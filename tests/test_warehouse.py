@@ -290,6 +290,23 @@ def test_rows_staged_in_many_row_groups_are_those_staged_in_one(tmp_path: Path, 
     assert table_digest(tmp_path / "groups") == table_digest(tmp_path / "whole")
 
 
+def test_a_staged_profiles_id_is_on_every_row_whatever_its_length(tmp_path: Path,
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    """Hand-made: the ids a real file gets are 16 hex digits; a caller of Warehouse.stage may give any, the empty one
+    too, and rows staged in two flushes of different sizes (2 rows, then 5) carry it on each."""
+    monkeypatch.setattr("xprosql.warehouse.ROW_GROUP_ROWS", 2)  # each batch below flushed alone: 2 rows, then 5
+    warehouse = Warehouse(tmp_path / "run")
+    devices = TABLES["devices"]
+    for profile_id in ("", "x", "é" * 40):
+        with warehouse.stage(profile_id) as staged:
+            for rows in (2, 5):
+                staged.write("devices", pa.RecordBatch.from_arrays([pa.nulls(rows, f.type) for f in devices], schema=devices))
+            staged.finish()
+            assert pq.ParquetFile(staged.file("devices")).metadata.num_row_groups > 1
+            assert pq.read_table(staged.file("devices")).column("profile_id").to_pylist() == [profile_id] * 7
+            staged.discard()
+
+
 @pytest.mark.slow
 def test_time_travel_returns_the_earlier_snapshot(tmp_path: Path) -> None:
     root = tmp_path / "run"

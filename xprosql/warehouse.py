@@ -578,7 +578,7 @@ class StagedProfile:
             import numpy as np
 
             text = self.profile_id.encode()
-            offsets = np.arange(0, (rows + 1) * len(text), len(text), dtype=np.int32)
+            offsets = np.arange(rows + 1, dtype=np.int32) * np.int32(len(text))  # an empty id too: all zero
             self._ids = pa.Array.from_buffers(pa.string(), rows, [None, pa.py_buffer(offsets), pa.py_buffer(text * rows)])
         return self._ids.slice(0, rows)
 
