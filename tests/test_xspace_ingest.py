@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import importlib.metadata
+import subprocess
+import sys
 from collections import Counter, defaultdict
 from pathlib import Path
 
@@ -259,3 +261,64 @@ def test_jax_cpu_profile_ingests_with_run_host_and_hlo(jax_cpu_profile: Path, tm
     ).rows()[0][0]
     assert unjoined == 0
     assert run.sql("SELECT count(*) FROM hlo_modules WHERE module = 'jit_step'").rows()[0][0] >= 1
+
+
+def _gpu_space(kernel_details: list[str], copy_sizes: list[str]) -> bytes:
+    """Hand-built: what no real file shows, kernel and copy details that overflow or break their pattern, and
+    `XLA Modules` names whose program does not fit (one with a program_id stat given as text)."""
+    space = xplane_pb2.XSpace(hostnames=["h"])
+    plane = space.planes.add(id=1, name="/device:GPU:0")
+    for stat_id, name in enumerate(["kernel_details", "memcpy_details", "program_id"], 1):
+        plane.stat_metadata[stat_id].CopyFrom(xplane_pb2.XStatMetadata(id=stat_id, name=name))
+    for metadata_id, name in enumerate(["k", "MemcpyH2D", "jit_g(18446744073709551616)", "jit_h(77)"], 1):
+        plane.event_metadata[metadata_id].CopyFrom(xplane_pb2.XEventMetadata(id=metadata_id, name=name))
+    plane.event_metadata[4].stats.add(metadata_id=3, str_value=str(2**64 - 1))
+    stream = plane.lines.add(id=1, name="Stream #3(Compute)", timestamp_ns=10)
+    for k, details in enumerate(kernel_details):
+        stream.events.add(metadata_id=1, offset_ps=100 * k, duration_ps=50).stats.add(metadata_id=1, str_value=details)
+    for k, size in enumerate(copy_sizes):
+        copy = stream.events.add(metadata_id=2, offset_ps=100 * (k + len(kernel_details)), duration_ps=10)
+        copy.stats.add(metadata_id=2, str_value=f"kind:x size:{size}")
+    modules = plane.lines.add(id=2, name="XLA Modules", timestamp_ns=10)
+    for metadata_id in (3, 4):
+        modules.events.add(metadata_id=metadata_id, offset_ps=metadata_id, duration_ps=1)
+    return space.SerializeToString()
+
+
+def test_kernel_and_copy_details_parse_field_by_field(tmp_path: Path) -> None:
+    """A field that does not parse (a number past int64, "1.2.3", a grid of two) is null on its own; the others
+    of its event are kept."""
+    path = tmp_path / "details.xplane.pb"
+    path.write_bytes(_gpu_space(["regs:99999999999999999999 shm:5 occ_pct:1.2.3 grid:1,2,3 block:4,5,6",
+                                 "regs:7\tshm:1 static_shm:2 occ_pct:50.0", "occ_pct:.5 dynamic_shm:3 grid:1,2"],
+                                ["4096", "99999999999999999999"]))
+    report = xprosql.ingest(path, into=tmp_path / "run")
+    assert report.ok, str(report)
+    run = xprosql.load(tmp_path / "run")
+    kernels = run.sql("SELECT registers_per_thread, shared_memory_bytes, occupancy_pct, grid_x, grid_y, grid_z, "
+                      "block_x, block_y, block_z FROM kernels ORDER BY start_ps").rows()
+    assert kernels == [(None, 5, None, 1, 2, 3, 4, 5, 6), (7, 3, 50.0, None, None, None, None, None, None),
+                       (None, 3, 0.5, None, None, None, None, None, None)]
+    assert run.sql("SELECT bytes FROM memcpys ORDER BY start_ps").rows() == [(4096,), (None,)]
+    # jit_g's program is past uint64 (its module is still named); jit_h's program is its stat's text.
+    assert run.sql("SELECT name, hlo_module, program_id FROM events WHERE name LIKE 'jit%' ORDER BY name").rows() == [
+        ("jit_g(18446744073709551616)", "jit_g", None), ("jit_h(77)", None, 2**64 - 1)]
+
+
+def test_a_grid_past_int64_fails_its_file_alone(tmp_path: Path) -> None:
+    """A launch's grid or block must be whole: one that does not fit int64 makes its file corrupt, named."""
+    bad = tmp_path / "grid.xplane.pb"
+    bad.write_bytes(_gpu_space(["grid:99999999999999999999,1,1 block:1,1,1"], []))
+    report = xprosql.ingest([bad, TPU_SAMPLE], into=tmp_path / "run")
+    assert [Path(p.path).name for p in report.ingested] == [TPU_SAMPLE.name]
+    [(path, reason)] = report.failed
+    assert path == str(bad) and "corrupt XSpace content" in reason
+
+
+def test_an_xspace_ingest_loads_no_polars(tmp_path: Path) -> None:
+    """`xprosql ingest` decodes XSpace files with Arrow and numpy: Polars' import was about a tenth of the small
+    sample's first answer (benchmarks/RESULTS.md, "The XSpace decoder without Polars")."""
+    probe = "import sys\nfrom xprosql.cli import main\nmain(sys.argv[1:])\nprint('polars' in sys.modules, file=sys.stderr)\n"
+    done = subprocess.run([sys.executable, "-c", probe, "ingest", str(TPU_SAMPLE), str(GPU_SAMPLE), "--into",
+                           str(tmp_path / "run")], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0 and done.stderr.split()[-1] == "False", done.stderr

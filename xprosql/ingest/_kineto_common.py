@@ -23,8 +23,8 @@ import pyarrow as pa
 from isal import igzip, isal_zlib
 
 from xprosql.errors import IngestError
+from xprosql.ingest import xspace_wire
 from xprosql.ingest._nulls import nulls, zeros
-from xprosql.ingest.xspace_wire import available_memory
 from xprosql.models import hardware
 from xprosql.models.recording import PM_SAMPLING_CATEGORY, RECORDER_KEY
 from xprosql.models.tables import TABLES
@@ -50,7 +50,7 @@ def max_text_bytes() -> int:
     setting = os.environ.get(MAX_TEXT_ENV)
     if setting:
         return int(float(setting))
-    available = available_memory()
+    available = xspace_wire.available_memory()  # looked up here, not bound at import: a patch of it reaches here
     return available // 2 if available is not None else 64 << 30
 
 

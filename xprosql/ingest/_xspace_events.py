@@ -3,7 +3,7 @@
 Events and event stats are millions of rows; metadata, stat names and lines are
 thousands. So every per-event value is a gather from a small per-id table, looked
 up once per plane by id (no joins), and strings stay dictionary codes until
-Arrow. Only the rows whose value needs parsing text go through Polars.
+Arrow.
 """
 
 from __future__ import annotations
@@ -13,7 +13,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
-import polars as pl
 import pyarrow as pa
 import pyarrow.compute as pc
 
@@ -82,12 +81,12 @@ def plane_lookup(keys: Sequence[np.ndarray], rows: Sequence[np.ndarray], query: 
     return out
 
 
-def codes_of(series: pl.Series) -> Column:
-    """A small string series as codes into its unique values, with one extra null row at the end.
+def codes_of(strings: pa.Array) -> Column:
+    """A small string array as codes into its unique values, with one extra null row at the end.
 
     The extra row is what code -1 gathers: a missing metadata row reads as null.
     """
-    encoded = series.cast(pl.String).to_arrow().cast(pa.string()).dictionary_encode()
+    encoded = strings.cast(pa.string()).dictionary_encode()
     codes = encoded.indices.fill_null(0).to_numpy(zero_copy_only=False).astype(np.int32)
     valid = np.append(encoded.indices.is_valid().to_numpy(zero_copy_only=False), False)
     return Column(np.append(codes, 0), valid, encoded.dictionary)
@@ -174,10 +173,10 @@ class Promoted:
         out.valid[self.rows[lo:hi] - first] = self.values.valid[lo:hi]
         return out
 
-    def set(self, rows: np.ndarray, values: Column | pl.Series) -> None:
-        """Give ``rows`` (none set before) values of their own: a series without nulls, or a Column (for a
+    def set(self, rows: np.ndarray, values: Column | pa.Array) -> None:
+        """Give ``rows`` (none set before) values of their own: an Arrow array without nulls, or a Column (for a
         string column, codes into its own dictionary)."""
-        if isinstance(values, pl.Series):
+        if isinstance(values, pa.Array):
             values = self._column(values)
         if values.dictionary is not None:
             values = self._recode(values)
@@ -187,11 +186,11 @@ class Promoted:
         self.values = Column(np.concatenate([self.values.values, values.values])[order],
                              np.concatenate([self.values.valid, values.valid])[order])
 
-    def _column(self, series: pl.Series) -> Column:
-        valid = np.ones(len(series), dtype=bool)
+    def _column(self, values: pa.Array) -> Column:
+        valid = np.ones(len(values), dtype=bool)
         if self.default.dictionary is None:
-            return Column(series.to_numpy().astype(self.default.values.dtype, copy=False), valid)
-        encoded = series.cast(pl.String).to_arrow().cast(pa.string()).dictionary_encode()
+            return Column(values.to_numpy(zero_copy_only=False).astype(self.default.values.dtype, copy=False), valid)
+        encoded = values.cast(pa.string()).dictionary_encode()
         return Column(encoded.indices.to_numpy(zero_copy_only=False), valid, encoded.dictionary)
 
     def _recode(self, values: Column) -> Column:

@@ -218,8 +218,8 @@ _HASH_WINDOW = 64 << 20  # a mapped file is hashed this much at a time (a multip
 _Decoder = Callable[..., Iterator[tuple[str, pa.RecordBatch]]]
 
 
-# Each format's decoder is imported with its first file: the XSpace one loads Polars (0.4 s), which a process
-# ingesting only Kineto traces never needs.
+# Each format's decoder is imported with its first file: the XSpace one loads the XPlane and HLO protobuf modules,
+# which a process ingesting only Kineto traces never needs.
 def _decode_xspace(data: bytes, *, source: str) -> Iterator[tuple[str, pa.RecordBatch]]:
     from xprosql.ingest.xspace import decode_xspace
 

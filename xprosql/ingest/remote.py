@@ -25,7 +25,7 @@ from pathlib import PurePosixPath
 from typing import Any
 
 from xprosql.errors import IngestError
-from xprosql.ingest.xspace_wire import available_memory
+from xprosql.ingest import xspace_wire
 from xprosql.warehouse import filesystem, store_error
 
 __all__ = ["RemoteFile", "find_remote_profiles", "read_remote", "remote_tags"]
@@ -141,7 +141,7 @@ def remote_tags(file: RemoteFile, *, root: str, metadata: Mapping[str, str], tag
 def read_remote(file: RemoteFile) -> bytes:
     """The bytes of ``file``, streamed from the store into memory. Refused (:class:`IngestError` naming it) when it
     is larger than the free memory, or when it changed since it was listed or while it was read."""
-    available = available_memory()
+    available = xspace_wire.available_memory()  # looked up here, not bound at import: a patch of it reaches here
     if available is not None and file.size > available:  # fail clearly rather than be killed reading it
         raise IngestError(file.uri, f"too large to read: {file.size / 2**30:.1f} GiB, "
                                     f"{available / 2**30:.1f} GiB of memory is free")

@@ -7,7 +7,7 @@ stat names and interned strings resolved, promoted stats as columns, HLO ops,
 GPU kernels, copies and launches. Per-event work is numpy gathers from small
 per-id tables (:mod:`xprosql.ingest._xspace_events`), and the events table is
 built one sorted batch at a time; the small tables (metadata, planes, lines)
-use Polars. It knows nothing of the warehouse: :func:`decode_xspace` yields
+are Arrow arrays. It knows nothing of the warehouse: :func:`decode_xspace` yields
 ``(table, batch)``.
 
 Example:
@@ -22,10 +22,9 @@ import re
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from functools import partial
-from typing import Any, cast
+from typing import Any
 
 import numpy as np
-import polars as pl
 import pyarrow as pa
 import pyarrow.compute as pc
 
@@ -34,7 +33,7 @@ from xprosql.ingest import _xspace_events as _events
 from xprosql.ingest import counters, hlo
 from xprosql.ingest._nulls import zeros
 from xprosql.ingest._xspace_events import Column
-from xprosql.ingest.xspace_wire import STAT_KINDS, RawEvents, RawSpace, read_raw
+from xprosql.ingest.xspace_wire import STAT_KIND_OF_FIELD, STAT_KINDS, RawEvents, RawSpace, read_raw
 from xprosql.models import hardware
 from xprosql.models.tables import TABLES
 from xprosql.protos import xplane_pb2
@@ -60,11 +59,11 @@ PROMOTED_STATS: dict[str, tuple[str, str]] = {
 # Event stats the GPU tables read; they stay in event_stats as well.
 _GPU_DETAIL_STATS = ("kernel_details", "memcpy_details", "tf_op", "annotation")
 _LAUNCH_FIELDS = {  # kernels column -> pattern in kernel_details ("regs:38 shm:0 grid:160,1,1 block:1024,1,1")
-    "registers_per_thread": r"(?:^|\s)regs:(\d+)(?:\s|$)",
-    "shm": r"(?:^|\s)shm:(\d+)(?:\s|$)",
-    "static_shm": r"(?:^|\s)static_shm:(\d+)(?:\s|$)",
-    "dynamic_shm": r"(?:^|\s)dynamic_shm:(\d+)(?:\s|$)",
-    "occupancy_pct": r"(?:^|\s)occ_pct:([0-9.]+)(?:\s|$)",
+    "registers_per_thread": r"(?:^|\s)regs:(?P<value>\d+)(?:\s|$)",
+    "shm": r"(?:^|\s)shm:(?P<value>\d+)(?:\s|$)",
+    "static_shm": r"(?:^|\s)static_shm:(?P<value>\d+)(?:\s|$)",
+    "dynamic_shm": r"(?:^|\s)dynamic_shm:(?P<value>\d+)(?:\s|$)",
+    "occupancy_pct": r"(?:^|\s)occ_pct:(?P<value>[0-9.]+)(?:\s|$)",
 }
 # XSpace names a copy by its event ("MemcpyH2D") and its line ("Stream #135(MemcpyH2D)").
 _COPY_KINDS = {"MemcpyH2D": "HtoD", "MemcpyD2H": "DtoH", "MemcpyD2D": "DtoD", "MemcpyP2P": "PtoP", "Memset": "memset"}
@@ -90,135 +89,181 @@ def _device_kind(name: str) -> tuple[str, int | None]:
     return "other", None
 
 
-def _to_arrow(table: str, frame: pl.DataFrame) -> pa.Table:
-    """A frame with the table's columns (any order, any compatible types) as the table's Arrow schema."""
+def _to_arrow(table: str, columns: dict[str, Any]) -> pa.Table:
+    """Columns holding at least the table's (any compatible types) as the table's Arrow schema."""
     schema = TABLES[table]
-    arrow = frame.select(schema.names).to_arrow()
-    columns = []
-    for field, column in zip(schema, arrow.columns):
-        column = column.cast(pa.string()) if pa.types.is_large_string(column.type) else column
-        column = column.cast(pa.binary()) if pa.types.is_large_binary(column.type) else column
-        if pa.types.is_large_list(column.type):
-            column = column.cast(pa.list_(column.type.value_type))
-        columns.append(column.cast(field.type))
-    return pa.Table.from_arrays(columns, schema=schema)
+    return pa.Table.from_arrays([columns[field.name].cast(field.type) for field in schema], schema=schema)
 
 
-def _batches(table: str, frame: pl.DataFrame, batch_rows: int) -> Iterator[tuple[str, pa.RecordBatch]]:
-    for batch in _to_arrow(table, frame).to_batches(max_chunksize=batch_rows):
+def _batches(table: str, columns: dict[str, Any], batch_rows: int) -> Iterator[tuple[str, pa.RecordBatch]]:
+    arrow = _to_arrow(table, columns)
+    for batch in arrow.to_batches(max_chunksize=batch_rows):
         yield table, batch
-    if frame.height == 0:
+    if arrow.num_rows == 0:
         yield table, pa.RecordBatch.from_pylist([], schema=TABLES[table])
+
+
+def _rows(columns: dict[str, Any], mask: Any) -> dict[str, Any]:
+    """The rows of ``columns`` (arrays or chunked arrays) where ``mask`` (a numpy or Arrow boolean) is true."""
+    mask = pa.array(mask) if isinstance(mask, np.ndarray) else mask
+    return {name: column.filter(mask) for name, column in columns.items()}
+
+
+def _extract(strings: pa.Array | pa.ChunkedArray, pattern: str, type_: pa.DataType | None = None, *,
+             strict: bool = False, groups: int = 1) -> Any:
+    """The first match of ``pattern``'s named group in each string (RE2: ``\\d`` and ``\\s`` are ASCII, as the
+    machine-written names and details it reads are), as ``type_``; null where it does not match, or (not ``strict``)
+    where the text does not parse as ``type_`` (None: strings), e.g. a number beyond int64. With ``groups`` above 1,
+    a list of those, one per group."""
+    found = pc.extract_regex(strings.cast(pa.string()), pattern=pattern)
+    values = [pc.struct_field(found, [i]) for i in range(groups)]
+    if type_ is not None:
+        values = [_parsed(value, type_, strict=strict) for value in values]
+    return values[0] if groups == 1 else values
+
+
+def _parsed(strings: pa.Array | pa.ChunkedArray, type_: pa.DataType, *, strict: bool) -> Any:
+    try:
+        return pc.cast(strings, type_)
+    except pa.ArrowInvalid:
+        if strict:
+            raise
+    if pa.types.is_floating(type_):
+        return pa.array([_number(float, text) for text in strings.to_pylist()], type_)
+    return _in_range([_number(int, text) for text in strings.to_pylist()], type_)
+
+
+def _number(parse: Callable[[str], Any], text: str | None) -> Any:
+    try:
+        return None if text is None else parse(text)
+    except ValueError:
+        return None
+
+
+def _in_range(values: list[int | None], type_: pa.DataType) -> pa.Array:
+    low, high = (0, 2**64 - 1) if type_ == pa.uint64() else _INT64  # the integer types parsed here
+    return pa.array([v if v is not None and low <= v <= high else None for v in values], type_)
 
 
 # --- stats -------------------------------------------------------------------------------------------
 
-
-def _stat_frame(owner: dict[str, Any], plane: Any, raw_ids: Any, kinds: Any, ints: Any, doubles: Any, texts: Any) -> pl.DataFrame:
-    kinds = np.asarray(kinds, dtype=np.int8)
-    texts = texts if isinstance(texts, pa.Array) else pa.array(texts, pa.binary())
-    # Decode only the str values: bytes values need not be UTF-8.
-    is_str = kinds == 5
-    strings = pl.Series("str_text", [None] * len(kinds), dtype=pl.String)
-    if is_str.any():
-        strings = strings.scatter(np.flatnonzero(is_str), pl.Series(texts.filter(pa.array(is_str)).cast(pa.string())))
-    return pl.DataFrame({
-        **owner,
-        "plane": plane,
-        "stat_id": raw_ids,
-        "kind": pl.Series(kinds, dtype=pl.Int8),
-        "int": pl.Series(ints, dtype=pl.Int64),
-        "double": pl.Series(doubles, dtype=pl.Float64),
-        "text": pl.Series(texts, dtype=pl.Binary),
-        "str_text": strings,
-    })
+_TEXT_NUMBER = {"uint64": r"^[0-9]+$", "int64": r"^-?[0-9]+$"}  # what a promoted number given as text may be
 
 
-def _metadata_stats(planes: list[xplane_pb2.XPlane]) -> pl.DataFrame:
-    """Stats of planes (metadata_id null) and of event metadata, in file order, as raw columns."""
-    rows: dict[str, list] = {k: [] for k in ("metadata_id", "plane", "stat_id", "kind", "int", "double", "text")}
+@dataclass
+class _SmallStats:
+    """The stats of planes and of event metadata (thousands, walked as protobuf), in file order: their table
+    columns, and what promotion reads."""
 
-    def add(plane_index: int, metadata_id: int | None, stat: xplane_pb2.XStat) -> None:
-        which = stat.WhichOneof("value")
-        value: Any = getattr(stat, which) if which else None  # float, int, str or bytes; None: unset
-        kind = {"double_value": 2, "uint64_value": 3, "int64_value": 4, "str_value": 5,
-                "bytes_value": 6, "ref_value": 7}.get(which, 0)
-        rows["metadata_id"].append(metadata_id)
-        rows["plane"].append(plane_index)
-        rows["stat_id"].append(stat.metadata_id)
-        rows["kind"].append(kind)
-        rows["int"].append(int(np.uint64(value).astype(np.int64)) if kind == 3 else value if kind in (4, 7) else None)
-        rows["double"].append(value if kind == 2 else None)
-        rows["text"].append(value.encode() if kind == 5 else value if kind == 6 else None)
+    columns: dict[str, pa.Array]  # device_id, metadata_id (null: a plane's own), stat and the typed values
+    metadata_row: np.ndarray  # int64 per stat: its row in the metadata table; -1 for a plane's own stats
+    kind: np.ndarray  # int8: XStat value field number (STAT_KINDS), 0 when unset
+    ints: np.ndarray  # int64: int64/uint64 (bit pattern)/ref values, 0 elsewhere
+    doubles: np.ndarray  # float64
 
-    for plane_index, plane in enumerate(planes):
-        for stat in plane.stats:
-            add(plane_index, None, stat)
-        for metadata_id, md in plane.event_metadata.items():
-            for stat in md.stats:
-                add(plane_index, metadata_id, stat)
-    return _stat_frame({"metadata_id": pl.Series(rows["metadata_id"], dtype=pl.Int64)},
-                       pl.Series(rows["plane"], dtype=pl.Int32), pl.Series(rows["stat_id"], dtype=pl.Int64),
-                       rows["kind"], rows["int"], rows["double"], rows["text"])
+    @classmethod
+    def of(cls, planes: list[xplane_pb2.XPlane]) -> _SmallStats:
+        rows: dict[str, list] = {k: [] for k in ("plane", "metadata_id", "metadata_row", "stat", "kind", "int",
+                                                 "double", "str", "bytes")}
+
+        def add(plane: int, names: dict[int, str], metadata_id: int | None, row: int, stat: xplane_pb2.XStat) -> None:
+            which = stat.WhichOneof("value")
+            value: Any = getattr(stat, which) if which else None  # float, int, str or bytes; None: unset
+            kind = STAT_KIND_OF_FIELD.get(which, 0)
+            rows["plane"].append(plane)
+            rows["metadata_id"].append(metadata_id)
+            rows["metadata_row"].append(row)
+            rows["stat"].append(names.get(stat.metadata_id))
+            rows["kind"].append(kind)
+            rows["int"].append(int(np.uint64(value).astype(np.int64)) if kind == 3 else value if kind in (4, 7) else 0)
+            rows["double"].append(value if kind == 2 else 0.0)
+            # A ref's string is the name of the stat metadata it points at.
+            rows["str"].append(value if kind == 5 else names.get(value) if kind == 7 else None)
+            rows["bytes"].append(value if kind == 6 else None)
+
+        row = 0
+        for plane_index, plane in enumerate(planes):
+            names = {sid: md.name for sid, md in plane.stat_metadata.items()}
+            for stat in plane.stats:
+                add(plane_index, names, None, -1, stat)
+            for metadata_id, md in plane.event_metadata.items():
+                for stat in md.stats:
+                    add(plane_index, names, metadata_id, row, stat)
+                row += 1
+        kind = np.array(rows["kind"], dtype=np.int8)
+        ints = np.array(rows["int"], dtype=np.int64)
+        doubles = np.array(rows["double"], dtype=np.float64)
+        columns = {
+            "device_id": pa.array(rows["plane"], pa.int32()),
+            "metadata_id": pa.array(rows["metadata_id"], pa.int64()),
+            "stat": pa.array(rows["stat"], pa.string()),
+            "value_type": pa.array([STAT_KINDS.get(k) for k in rows["kind"]], pa.string()),
+            "int_value": pa.array(ints, mask=kind != 4),
+            "uint_value": pa.array(ints.view(np.uint64), mask=kind != 3),
+            "double_value": pa.array(doubles, mask=kind != 2),
+            "str_value": pa.array(rows["str"], pa.string()),
+            "bytes_value": pa.array(rows["bytes"], pa.binary()),
+        }
+        return cls(columns, np.array(rows["metadata_row"], dtype=np.int64), kind, ints, doubles)
+
+    def of_planes(self) -> dict[str, pa.Array]:
+        return _rows(self.columns, self.metadata_row < 0)
+
+    def of_metadata(self) -> dict[str, pa.Array]:
+        return _rows(self.columns, self.metadata_row >= 0)
+
+    def defaults(self, n_metadata: int) -> dict[str, pa.Array]:
+        """Per promoted column, each metadata row's value from its stats (the last that converts), else null."""
+        stat = self.columns["stat"]
+        defaults = {}
+        for name, (column, target) in PROMOTED_STATS.items():
+            named = pc.fill_null(pc.equal(stat, name), False).to_numpy(zero_copy_only=False)
+            stats = np.flatnonzero(named & (self.metadata_row >= 0))
+            converts, values = _converted(self.kind, self.ints, self.doubles, self.columns["str_value"], stats, target)
+            owners = self.metadata_row[stats[converts]]
+            last = _events.last_per_owner(owners)
+            kept = np.flatnonzero(converts)[last]
+            at = np.full(n_metadata, -1, dtype=np.int64)
+            at[owners[last]] = kept
+            if isinstance(values, pa.Array):
+                defaults[column] = values.take(pa.array(at, mask=at < 0))
+            else:
+                taken = values[np.maximum(at, 0)] if len(values) else np.zeros(n_metadata, values.dtype)
+                defaults[column] = pa.array(taken, _PROMOTED_TYPES[target], mask=at < 0)
+        return defaults
 
 
-def _resolve(stats: pl.DataFrame, stat_names: pl.DataFrame) -> pl.DataFrame:
-    """Name each stat and type its value (the warehouse's stat value columns); refs become their string."""
-    kind = pl.col("kind")
-    resolved = stats.join(stat_names, on=["plane", "stat_id"], how="left", maintain_order="left")
-    refs = resolved.select(pl.arg_where(kind == 7)).to_series()
-    ref_names = pl.Series("ref_name", [None] * resolved.height, dtype=pl.String)
-    if len(refs):  # interned strings are rare: look up only those
-        names = resolved[refs].select("plane", pl.col("int").alias("stat_id")).join(
-            stat_names, on=["plane", "stat_id"], how="left", maintain_order="left")["stat"]
-        ref_names = ref_names.scatter(refs, names)
-    return resolved.with_columns(
-        value_type=kind.replace_strict(STAT_KINDS, default=None, return_dtype=pl.String),
-        int_value=pl.when(kind == 4).then(pl.col("int")),
-        uint_value=pl.when(kind == 3).then(pl.col("int").cast(pl.UInt64, wrap_numerical=True)),
-        double_value=pl.when(kind == 2).then(pl.col("double")),
-        str_value=pl.when(kind == 5).then(pl.col("str_text")).otherwise(ref_names),
-        bytes_value=pl.when(kind == 6).then(pl.col("text")),
-    )
+def _converted(kind_of: np.ndarray, ints_of: np.ndarray, doubles_of: np.ndarray, strings_of: pa.Array,
+               stats: np.ndarray, target: str) -> tuple[np.ndarray, np.ndarray | pa.Array]:
+    """Whether each of ``stats`` (rows of the stat columns given) converts to a promoted column's type, and the
+    values (meaningful where it does).
 
-
-def _converted(target: str) -> pl.Expr:
-    """A promoted stat's value as its column's type; null where it does not convert."""
-    kind, ints, text = pl.col("kind"), pl.col("int"), pl.col("str_value")
+    The rules: a number converts when it fits (a double when it is integral); text (a str value, or a ref's name)
+    to a string, and to a number when it is decimal digits (ASCII) that fit; a bool from an integer, true when not 0.
+    """
+    kind, ints = kind_of[stats], ints_of[stats]
+    is_text = (kind == 5) | (kind == 7)
     if target == "str":
-        return pl.when(kind.is_in([5, 7])).then(text)
+        strings = strings_of.take(pa.array(stats))
+        return is_text & strings.is_valid().to_numpy(zero_copy_only=False), strings
     if target == "bool":
-        return pl.when(kind.is_in([3, 4])).then(ints != 0)
+        return (kind == 3) | (kind == 4), ints != 0
+    values: np.ndarray
     if target == "uint64":
-        return (
-            pl.when(kind.is_in([3, 4])).then(ints.cast(pl.UInt64, wrap_numerical=True))
-            .when(kind.is_in([5, 7]) & text.str.contains(r"^\d+$")).then(text.cast(pl.UInt64, strict=False))
-        )
-    double = pl.col("double")
-    integral = double.is_finite() & (double.floor() == double) & (double.abs() < 2.0**63)
-    return (
-        pl.when(kind == 4).then(ints)
-        .when((kind == 3) & (ints >= 0)).then(ints)
-        .when((kind == 2) & integral).then(double.cast(pl.Int64, strict=False))
-        .when(kind.is_in([5, 7]) & text.str.contains(r"^-?\d+$")).then(text.cast(pl.Int64, strict=False))
-    )
-
-
-def _promote(resolved: pl.DataFrame, owner: list[str]) -> dict[str, pl.DataFrame]:
-    """The promoted values of the stats present (column -> owner and value; the last occurrence wins)."""
-    candidates = resolved.filter(pl.col("stat").is_in(list(PROMOTED_STATS)))
-    present = set(candidates["stat"].unique().to_list())
-    promoted: dict[str, pl.DataFrame] = {}
-    for stat, (column, target) in PROMOTED_STATS.items():
-        if stat in present:  # each stat costs a few Polars calls: a file's metadata holds a handful of the twelve
-            promoted[column] = (
-                candidates.filter(pl.col("stat") == stat)
-                .with_columns(_converted(target).alias(column))
-                .filter(pl.col(column).is_not_null())
-                .unique(subset=owner, keep="last", maintain_order=True)
-                .select(*owner, column)
-            )
-    return promoted
+        converts, values = (kind == 3) | (kind == 4), ints.view(np.uint64).copy()
+    else:
+        doubles = doubles_of[stats]
+        integral = (kind == 2) & np.isfinite(doubles) & (np.floor(doubles) == doubles) & (np.abs(doubles) < 2.0**63)
+        converts = (kind == 4) | ((kind == 3) & (ints >= 0)) | integral
+        values = np.where(integral, doubles.astype(np.int64, copy=False) if integral.any() else 0, ints)
+    text = np.flatnonzero(is_text)
+    if len(text):  # promoted stats given as text
+        strings = strings_of.take(pa.array(stats[text]))
+        digits = pc.fill_null(pc.match_substring_regex(strings, _TEXT_NUMBER[target]), False)
+        parsed = _parsed(strings.filter(digits), _PROMOTED_TYPES[target], strict=False)
+        ok = text[digits.to_numpy(zero_copy_only=False)][parsed.is_valid().to_numpy(zero_copy_only=False)]
+        converts[ok], values[ok] = True, parsed.drop_null().to_numpy(zero_copy_only=False)
+    return converts, values
 
 
 # --- the decoder -------------------------------------------------------------------------------------
@@ -281,7 +326,7 @@ def decode_xspace(data: bytes, *, source: str, batch_rows: int = 500_000) -> Ite
     raw = read_raw(data, source=source)
     try:
         yield from _decode(raw, source=source, batch_rows=batch_rows)
-    except (pl.exceptions.PolarsError, pa.ArrowInvalid) as exc:  # e.g. a string field that is not UTF-8
+    except pa.ArrowInvalid as exc:  # e.g. a string field that is not UTF-8
         raise ValueError(f"corrupt XSpace content: {exc}") from None
 
 
@@ -297,59 +342,40 @@ def _decode(raw: RawSpace, *, source: str, batch_rows: int) -> Iterator[tuple[st
         yield "memory_buffers", pa.RecordBatch.from_pylist(buffer_rows[i : i + batch_rows], schema=TABLES["memory_buffers"])
 
     kinds = [_device_kind(plane.name) for plane in planes]
-    stat_names = pl.DataFrame(
-        [(i, sid, md.name) for i, plane in enumerate(planes) for sid, md in plane.stat_metadata.items()],
-        schema={"plane": pl.Int32, "stat_id": pl.Int64, "stat": pl.String}, orient="row",
-    )
-    metadata = pl.DataFrame(
-        [(i, mid, md.name, md.display_name, md.metadata, list(md.child_id))
-         for i, plane in enumerate(planes) for mid, md in plane.event_metadata.items()],
-        schema={"plane": pl.Int32, "metadata_id": pl.Int64, "name": pl.String, "display_name": pl.String,
-                "metadata": pl.Binary, "child_ids": pl.List(pl.Int64)}, orient="row",
-    )
-
+    listed = [(i, mid, md) for i, plane in enumerate(planes) for mid, md in plane.event_metadata.items()]
+    metadata = {
+        "device_id": pa.array([i for i, _, _ in listed], pa.int32()),
+        "metadata_id": pa.array([mid for _, mid, _ in listed], pa.int64()),
+        "name": pa.array([md.name for *_, md in listed], pa.string()),
+        "display_name": pa.array([md.display_name for *_, md in listed], pa.string()),
+        "metadata": pa.array([md.metadata for *_, md in listed], pa.binary()),
+        "child_ids": pa.array([list(md.child_id) for *_, md in listed], pa.list_(pa.int64())),
+    }
     # Plane and metadata stats: all of them stored; the metadata ones are defaults for promoted columns.
-    small = _resolve(_metadata_stats(planes), stat_names)
-    plane_stats = small.filter(pl.col("metadata_id").is_null())
-    md_stats = small.filter(pl.col("metadata_id").is_not_null())
-    md_values = _promote(md_stats, ["plane", "metadata_id"])
-    md_defaults = metadata.select("plane", "metadata_id", "name")
-    for values in md_values.values():
-        md_defaults = md_defaults.join(values, on=["plane", "metadata_id"], how="left", maintain_order="left")
-    md_defaults = md_defaults.with_columns(
-        *(pl.lit(None, _PROMOTED_DTYPES[target]).alias(column) for column, target in PROMOTED_STATS.values()
-          if column not in md_values),
-    ).with_columns(
-        # TPU op metadata is named "%op.1 = shape opcode(...)": the op's name is there when no stat says it.
-        pl.col("hlo_op").fill_null(pl.col("name").str.extract(r"^%([^\s=%]+) = ", 1)),
-        # `XLA Modules` events are named like jit_f(1234) and carry no program_id stat.
-        name_module=pl.col("name").str.extract(r"^(.*)\((\d+)\)$", 1),
-        name_program=pl.col("name").str.extract(r"^(.*)\((\d+)\)$", 2).cast(pl.UInt64, strict=False),
-        display_name=metadata["display_name"],
-    )
+    small = _SmallStats.of(planes)
 
     # Lines (few): their names and GPU streams.
-    n_lines = len(raw.line_plane)
     plane_kind = np.array([kind for kind, _ in kinds] or ["other"])
-    lines = pl.DataFrame({
-        "device_id": pl.Series(raw.line_plane, dtype=pl.Int32),
-        "line_name": pl.Series(raw.line_name, dtype=pl.Categorical),
-        "is_gpu": pl.Series(plane_kind[raw.line_plane] == "gpu") if n_lines else pl.Series([], dtype=pl.Boolean),
-    }).with_columns(
-        stream_id=pl.when("is_gpu").then(
-            pl.col("line_name").cast(pl.String).str.extract(r"^Stream #(\d+)", 1).cast(pl.Int64))
-    ).with_row_index("track_id").with_columns(pl.col("track_id").cast(pl.Int32))
+    line_names = pa.array(raw.line_name, pa.string())
+    on_gpu = pa.array(plane_kind[raw.line_plane] == "gpu", pa.bool_())
+    lines = {
+        "device_id": pa.array(raw.line_plane, pa.int32()),
+        "track_id": pa.array(np.arange(len(line_names), dtype=np.int32)),
+        "name": line_names,
+        "stream_id": pc.if_else(on_gpu, _extract(line_names, r"^Stream #(?P<stream>\d+)", pa.int64(), strict=True),
+                                pa.scalar(None, pa.int64())),
+    }
 
     # Events and their stats, a chunk at a time: the tables of one chunk are written before the next is read.
-    lookups = _Lookups.of(planes, metadata, md_defaults, module_rows, lines)
-    uses = np.zeros(metadata.height, dtype=np.int64)
+    lookups = _Lookups.of(planes, metadata, small.defaults(len(listed)), module_rows, line_names)
+    uses = np.zeros(len(listed), dtype=np.int64)
     end_ps = 0
     unnamed = negative = 0  # damage kept, but said: events without metadata, events ending before they start
     gpu_events, gpu_details = [], []
     for chunk in raw.chunks():
         space = _Space.of(raw, chunk, lookups)
         events = _Events.of(raw, space, lookups, line_base_ps)
-        uses += np.bincount(events.md_row[events.md_row >= 0], minlength=metadata.height)
+        uses += np.bincount(events.md_row[events.md_row >= 0], minlength=len(listed))
         unnamed += int((events.md_row < 0).sum())
         negative += int((chunk.event_duration_ps < 0).sum())
         end_ps = max(end_ps, events.end_ps)
@@ -359,24 +385,21 @@ def _decode(raw: RawSpace, *, source: str, batch_rows: int) -> Iterator[tuple[st
         del events  # the largest arrays: gone before the stats are built
         yield from _column_batches("event_stats", *_rest_stats(space), batch_rows)
         del space, chunk
-    yield from _gpu_tables(pl.concat(gpu_events), pl.concat(gpu_details), kinds, batch_rows)
+    yield from _gpu_tables(pa.concat_tables(gpu_events), pa.concat_tables(gpu_details), kinds, batch_rows)
 
     counter_rows, unreadable = _counter_rows(raw, start_ns)
     yield "counters", pa.RecordBatch.from_pylist(
         [dict(zip(TABLES["counters"].names, row)) for row in counter_rows], schema=TABLES["counters"])
 
-    yield from _batches("event_metadata", metadata.rename({"plane": "device_id"}).with_columns(
-        n_events=pl.Series(uses, dtype=pl.Int64)), batch_rows)
-    yield from _batches("metadata_stats", md_stats.rename({"plane": "device_id"}), batch_rows)
-    yield from _batches("device_stats", plane_stats.rename({"plane": "device_id"}), batch_rows)
-
-    track_frame = lines.with_columns(
-        line_id=pl.Series(raw.line_id), display_id=pl.Series(raw.line_display_id),
-        display_name=pl.Series(raw.line_display_name, dtype=pl.String),
-        timestamp_ns=pl.Series(raw.line_timestamp_ns), duration_ps=pl.Series(raw.line_duration_ps),
-        n_events=pl.Series(raw.line_n_events), sort_index=pl.lit(None, dtype=pl.Int64),
-    ).rename({"line_name": "name"})
-    yield from _batches("tracks", track_frame, batch_rows)
+    yield from _batches("event_metadata", {**metadata, "n_events": pa.array(uses)}, batch_rows)
+    yield from _batches("metadata_stats", small.of_metadata(), batch_rows)
+    yield from _batches("device_stats", small.of_planes(), batch_rows)
+    yield from _batches("tracks", {
+        **lines, "line_id": pa.array(raw.line_id, pa.int64()), "display_id": pa.array(raw.line_display_id, pa.int64()),
+        "display_name": pa.array(raw.line_display_name, pa.string()),
+        "timestamp_ns": pa.array(raw.line_timestamp_ns, pa.int64()), "duration_ps": pa.array(raw.line_duration_ps, pa.int64()),
+        "n_events": pa.array(raw.line_n_events, pa.int64()), "sort_index": pa.nulls(len(line_names), pa.int64()),
+    }, batch_rows)
 
     per_plane_lines = np.bincount(raw.line_plane, minlength=len(planes))
     per_plane_events = np.bincount(raw.line_plane, weights=raw.line_n_events, minlength=len(planes)).astype(np.int64)
@@ -413,7 +436,7 @@ def _decode(raw: RawSpace, *, source: str, batch_rows: int) -> Iterator[tuple[st
 
 # --- events and event stats: numpy columns (see _xspace_events) ----------------------------------------
 
-_PROMOTED_DTYPES = {"str": pl.String, "bool": pl.Boolean, "uint64": pl.UInt64, "int64": pl.Int64}
+_PROMOTED_TYPES = {"str": pa.string(), "bool": pa.bool_(), "uint64": pa.uint64(), "int64": pa.int64()}
 # Columns the GPU tables read from the events on streams and the host's launches.
 _GPU_EVENT_COLUMNS = ("event_id", "device_id", "track_id", "name", "start_ps", "dur_ps", "correlation_id",
                       "hlo_module", "hlo_op")
@@ -429,16 +452,18 @@ class _Lookups:
     name_code: dict[str, int]
     md_keys: list[np.ndarray]  # per plane: event metadata ids
     md_rows: list[np.ndarray]  # ... and their rows in the metadata table
-    md_defaults: pl.DataFrame  # per metadata row: name, promoted columns' defaults, names parsed
     defaults: dict[str, Column]  # per promoted column: each metadata row's default, then a null row
     name: Column  # per metadata row (and a null row)
     display_name: Column
-    lines: pl.DataFrame
-    modules: pl.DataFrame  # program_id -> module, from the embedded HLO
+    name_module: pa.Array  # per metadata row: the module of a name like jit_f(1234)
+    name_program: Column  # ... and its program (and a null row)
+    line_names: pa.Array
+    module_ids: np.ndarray  # uint64, ascending: the programs of the embedded HLO modules
+    module_names: pa.Array  # ... and their modules
 
     @classmethod
-    def of(cls, planes: list[xplane_pb2.XPlane], metadata: pl.DataFrame, md_defaults: pl.DataFrame,
-           module_rows: list[dict], lines: pl.DataFrame) -> _Lookups:
+    def of(cls, planes: list[xplane_pb2.XPlane], metadata: dict[str, pa.Array], defaults: dict[str, pa.Array],
+           module_rows: list[dict], line_names: pa.Array) -> _Lookups:
         name_code: dict[str, int] = {}
         stat_keys, stat_codes = [], []
         for plane in planes:
@@ -446,18 +471,31 @@ class _Lookups:
             stat_keys.append(np.array(ids, dtype=np.int64))
             stat_codes.append(np.array([name_code.setdefault(plane.stat_metadata[i].name, len(name_code)) for i in ids],
                                        dtype=np.int64))
-        md_plane, md_id = metadata["plane"].to_numpy(), metadata["metadata_id"].to_numpy()
+        md_plane = metadata["device_id"].to_numpy(zero_copy_only=False)
+        md_id = metadata["metadata_id"].to_numpy(zero_copy_only=False)
         md_rows = [np.flatnonzero(md_plane == plane_index) for plane_index in range(len(planes))]
-        defaults = {}
-        for column, target in PROMOTED_STATS.values():
-            default = md_defaults[column].cast(_PROMOTED_DTYPES[target])
-            defaults[column] = _events.codes_of(default) if target == "str" else _numbers_of(default)
-        modules = pl.DataFrame({"program_id": pl.Series([m["program_id"] for m in module_rows], dtype=pl.UInt64),
-                                "module": pl.Series([m["module"] for m in module_rows], dtype=pl.String)},
-                               ).unique("program_id", keep="first").drop_nulls().sort("program_id")
+        names = metadata["name"]
+        # TPU op metadata is named "%op.1 = shape opcode(...)": the op's name is there when no stat says it.
+        defaults = {**defaults, "hlo_op": pc.coalesce(defaults["hlo_op"], _extract(names, r"^%(?P<op>[^\s=%]+) = "))}
+        columns = {column: _events.codes_of(defaults[column]) if target == "str" else _numbers_of(defaults[column])
+                   for column, target in PROMOTED_STATS.values()}
+        # `XLA Modules` events are named like jit_f(1234) and carry no program_id stat. Only names ending in ")" are
+        # searched: RE2's groups over every long op name took longer than the rest of the lookups.
+        named = np.flatnonzero(pc.fill_null(pc.ends_with(names, ")"), False).to_numpy(zero_copy_only=False))
+        module, program = _extract(names.take(pa.array(named)), r"^(?P<module>.*)\((?P<program>\d+)\)$", groups=2)
+        at = np.full(len(names), -1, dtype=np.int64)
+        at[named] = np.arange(len(named))
+        of_name = pa.array(at, mask=at < 0)
+        first: dict[int | None, str | None] = {}  # a program's first module
+        for row in module_rows:
+            first.setdefault(row["program_id"], row["module"])
+        modules = sorted((program, module) for program, module in first.items() if program is not None and module is not None)
         return cls(stat_keys, stat_codes, pa.array(list(name_code), pa.string()), name_code,
-                   [md_id[rows] for rows in md_rows], md_rows, md_defaults, defaults,
-                   _events.codes_of(md_defaults["name"]), _events.codes_of(md_defaults["display_name"]), lines, modules)
+                   [md_id[rows] for rows in md_rows], md_rows, columns,
+                   _events.codes_of(names), _events.codes_of(metadata["display_name"]),
+                   module.take(of_name), _numbers_of(_parsed(program, pa.uint64(), strict=False).take(of_name)),
+                   line_names, np.array([program for program, _ in modules], dtype=np.uint64),
+                   pa.array([module for _, module in modules], pa.string()))
 
 
 @dataclass
@@ -492,15 +530,10 @@ class _Space:
         )
 
 
-def _numbers_of(series: pl.Series) -> Column:
-    """A small numeric series with one extra null row at the end (what md_row -1 gathers)."""
-    values = series.fill_null(False if series.dtype == pl.Boolean else 0).to_numpy()
-    return Column(np.append(values, values[:0].dtype.type(0)), np.append(series.is_not_null().to_numpy(), False))
-
-
-def _with_null_row(series: pl.Series, md_row: np.ndarray) -> pl.Series:
-    """``series`` gathered at ``md_row``, null where md_row is -1."""
-    return pl.concat([series, pl.Series([None], dtype=series.dtype)]).gather(np.where(md_row < 0, len(series), md_row))
+def _numbers_of(values: pa.Array) -> Column:
+    """A small numeric array with one extra null row at the end (what md_row -1 gathers)."""
+    filled = values.fill_null(False if pa.types.is_boolean(values.type) else 0).to_numpy(zero_copy_only=False)
+    return Column(np.append(filled, filled.dtype.type(0)), np.append(values.is_valid().to_numpy(zero_copy_only=False), False))
 
 
 @dataclass
@@ -541,27 +574,27 @@ class _Events:
     def _name_modules(self, lookups: _Lookups) -> None:
         """Modules and programs the events' stats do not give: from `XLA Modules` names, then from program ids."""
         program, module = self.promoted["program_id"], self.promoted["hlo_module"]
-        md_defaults, modules = lookups.md_defaults, lookups.modules
-        on_module_line = np.append((lookups.lines["line_name"] == "XLA Modules").fill_null(False).to_numpy(), False)
+        on_module_line = np.append(
+            pc.fill_null(pc.equal(lookups.line_names, "XLA Modules"), False).to_numpy(zero_copy_only=False), False)
         rows = np.flatnonzero(on_module_line[self.line_of_event])
         has_program = program.at(rows, self.md_row[rows]).valid
         assert has_program is not None  # a Promoted's valid is never None
         rows = rows[~has_program]  # events named like jit_f(1234), no program_id stat
-        name_module = _with_null_row(md_defaults["name_module"].cast(pl.String), self.md_row[rows])
-        has_module = module.at(rows, self.md_row[rows]).valid
+        md_row = self.md_row[rows]
+        name_module = lookups.name_module.take(pa.array(md_row, mask=md_row < 0))
+        has_module = module.at(rows, md_row).valid
         assert has_module is not None
-        fill = ~has_module & name_module.is_not_null().to_numpy()
-        module.set(rows[fill], name_module.filter(pl.Series(fill)))
-        program.set(rows, _numbers_of(md_defaults["name_program"].cast(pl.UInt64)).take(self.md_row[rows]))
-        if not modules.height:  # TPU op events carry program_id only: name the module from the embedded HLO.
+        fill = ~has_module & name_module.is_valid().to_numpy(zero_copy_only=False)
+        module.set(rows[fill], name_module.filter(pa.array(fill)))
+        program.set(rows, lookups.name_program.take(md_row))
+        ids = lookups.module_ids
+        if not len(ids):  # TPU op events carry program_id only: name the module from the embedded HLO.
             return
         need = np.flatnonzero(program.valid(self.md_row) & ~module.valid(self.md_row))
-        ids = modules["program_id"].to_numpy()
         wanted = program.at(need, self.md_row[need]).values
         at = np.minimum(np.searchsorted(ids, wanted), len(ids) - 1)
         hit = ids[at] == wanted
-        names = modules["module"].to_arrow().cast(pa.string())
-        module.set(need[hit], Column(at[hit].astype(np.int32), np.ones(int(hit.sum()), dtype=bool), names))
+        module.set(need[hit], Column(at[hit].astype(np.int32), np.ones(int(hit.sum()), dtype=bool), lookups.module_names))
 
     def arrays(self, rows: np.ndarray, md_row: np.ndarray, promoted: dict[str, Column],
                names: Sequence[str], *, zeroed: pa.Buffer | None = None) -> dict[str, pa.Array]:
@@ -602,19 +635,19 @@ class _Events:
         if not len(order):
             yield "events", pa.RecordBatch.from_pylist([], schema=schema)
 
-    def gpu_rows(self, kinds: list[tuple[str, int | None]], lines: pl.DataFrame) -> pl.DataFrame:
+    def gpu_rows(self, kinds: list[tuple[str, int | None]], lines: dict[str, pa.Array]) -> pa.Table:
         """The events the GPU tables read (on a stream, or a host event with a correlation id), with line and stream."""
         stream = lines["stream_id"]
-        on_stream = np.append(stream.is_not_null().to_numpy(), False)[self.line_of_event]
+        on_stream = np.append(stream.is_valid().to_numpy(zero_copy_only=False), False)[self.line_of_event]
         is_host = np.array([kind == "host" for kind, _ in kinds] + [False])
         host = np.flatnonzero(is_host[self.raw.line_plane[self.line_of_event]])
         correlated = host[self.promoted["correlation_id"].at(host, self.md_row[host]).valid]
         rows = np.union1d(np.flatnonzero(on_stream), correlated)
         md_row = self.md_row[rows]
         own = {column: self.promoted[column].at(rows, md_row) for column in ("correlation_id", "hlo_module", "hlo_op")}
-        frame = cast(pl.DataFrame, pl.from_arrow(pa.table(self.arrays(rows, md_row, own, _GPU_EVENT_COLUMNS))))  # a table gives a frame
-        track = self.line_of_event[rows]
-        return frame.with_columns(line_name=lines["line_name"].gather(track), stream_id=stream.gather(track))
+        track = pa.array(self.line_of_event[rows])
+        return pa.table({**self.arrays(rows, md_row, own, _GPU_EVENT_COLUMNS),
+                         "line_name": lines["name"].take(track), "stream_id": stream.take(track)})
 
 
 def _promote_event_stats(space: _Space, promoted: dict[str, _events.Promoted]) -> None:
@@ -625,9 +658,10 @@ def _promote_event_stats(space: _Space, promoted: dict[str, _events.Promoted]) -
             column_of_name[space.name_code[stat]] = index
     candidates = np.flatnonzero(column_of_name[space.stat_name] >= 0)
     candidate_column = column_of_name[space.stat_name[candidates]]
+    chunk = space.chunk
     for index, (column, target) in enumerate(PROMOTED_STATS.values()):
         stats = candidates[candidate_column == index]
-        converts, values = _convert_stats(space, stats, target)
+        converts, values = _converted(chunk.stat_kind, chunk.stat_int, chunk.stat_double, space.strings, stats, target)
         rows = stats[converts]
         owners = space.stat_event[rows]
         last = _events.last_per_owner(owners)
@@ -642,46 +676,14 @@ def _promote_event_stats(space: _Space, promoted: dict[str, _events.Promoted]) -
         promoted[column].set(owners[last], own)
 
 
-def _convert_stats(space: _Space, stats: np.ndarray, target: str) -> tuple[np.ndarray, np.ndarray | pa.Array]:
-    """Whether each of ``stats`` converts to a promoted column's type, and the values (meaningful where it does).
-
-    Numbers convert in numpy; text (str values, refs) goes through :func:`_converted`, which defines the rules.
-    """
-    chunk = space.chunk
-    kind, ints = chunk.stat_kind[stats], chunk.stat_int[stats]
-    is_text = (kind == 5) | (kind == 7)
-    if target == "str":
-        strings = space.strings.take(pa.array(stats))
-        return is_text & strings.is_valid().to_numpy(zero_copy_only=False), strings
-    if target == "bool":
-        return (kind == 3) | (kind == 4), ints != 0
-    if target == "uint64":
-        converts, values = (kind == 3) | (kind == 4), ints.view(np.uint64).copy()
-    else:
-        doubles = chunk.stat_double[stats]
-        integral = (kind == 2) & np.isfinite(doubles) & (np.floor(doubles) == doubles) & (np.abs(doubles) < 2.0**63)
-        converts = (kind == 4) | ((kind == 3) & (ints >= 0)) | integral
-        values = np.where(integral, doubles.astype(np.int64, copy=False) if integral.any() else 0, ints)
-    text = np.flatnonzero(is_text)
-    if len(text):  # rare: promoted stats given as text
-        frame = pl.DataFrame({"kind": pl.Series(kind[text], dtype=pl.Int8), "int": ints[text],
-                              "double": chunk.stat_double[stats[text]],
-                              "str_value": pl.Series(space.strings.take(pa.array(stats[text])), dtype=pl.String)})
-        parsed = frame.select(_converted(target)).to_series()
-        ok = parsed.is_not_null().to_numpy()
-        converts[text] = ok
-        values[text[ok]] = parsed.drop_nulls().to_numpy()
-    return converts, values
-
-
-def _detail_stats(space: _Space) -> pl.DataFrame:
+def _detail_stats(space: _Space) -> pa.Table:
     """Event stats the GPU tables read (kernel and copy details, framework ops) as event_id, stat, str_value."""
     codes = [space.name_code[name] for name in _GPU_DETAIL_STATS if name in space.name_code]
     rows = np.flatnonzero(np.isin(space.stat_name, codes))
-    return pl.DataFrame({
+    return pa.table({
         "event_id": space.stat_event[rows] + space.chunk.first_event,
-        "stat": pl.Series(space.names.take(pa.array(space.stat_name[rows])), dtype=pl.String),
-        "str_value": pl.Series(space.strings.take(pa.array(rows)), dtype=pl.String),
+        "stat": space.names.take(pa.array(space.stat_name[rows])),
+        "str_value": space.strings.take(pa.array(rows)),
     })
 
 
@@ -716,57 +718,69 @@ def _column_batches(table: str, columns: dict[str, Column | pa.Array], rows: np.
         yield table, pa.RecordBatch.from_pylist([], schema=schema)
 
 
-def _gpu_tables(events: pl.DataFrame, event_stats: pl.DataFrame, kinds: list[tuple[str, int | None]],
+def _gpu_tables(events: pa.Table, event_stats: pa.Table, kinds: list[tuple[str, int | None]],
                 batch_rows: int) -> Iterator[tuple[str, pa.RecordBatch]]:
-    on_stream = events.filter(pl.col("stream_id").is_not_null())
-    host_devices = [i for i, (kind, _) in enumerate(kinds) if kind == "host"]
-    calls = events.filter(pl.col("device_id").is_in(host_devices) & pl.col("correlation_id").is_not_null()).with_columns(
-        thread=pl.col("line_name"), api=pl.lit("launch"))
-    yield from _batches("api_calls", calls, batch_rows)
-    if on_stream.height == 0:
+    host_devices = pa.array([i for i, (kind, _) in enumerate(kinds) if kind == "host"], pa.int32())
+    calls = events.filter(pc.and_(pc.is_in(events["device_id"], value_set=host_devices),
+                                  pc.is_valid(events["correlation_id"])))
+    yield from _batches("api_calls", {**_columns(calls), "thread": calls["line_name"],
+                                      "api": pa.repeat("launch", calls.num_rows)}, batch_rows)
+    on_stream = events.filter(pc.is_valid(events["stream_id"]))
+    if on_stream.num_rows == 0:
         for table in ("memcpys", "kernels"):
             yield table, pa.RecordBatch.from_pylist([], schema=TABLES[table])
         return
-    details = (
-        event_stats.filter(pl.col("stat").is_in(_GPU_DETAIL_STATS) & pl.col("str_value").is_not_null())
-        .unique(subset=["event_id", "stat"], keep="last", maintain_order=True)
-        .pivot(on="stat", index="event_id", values="str_value")
-        if on_stream.height else pl.DataFrame({"event_id": pl.Series([], dtype=pl.Int64)})
-    )
-    for name in _GPU_DETAIL_STATS:
-        if name not in details.columns:
-            details = details.with_columns(pl.lit(None, dtype=pl.String).alias(name))
-    on_stream = on_stream.join(details, on="event_id", how="left", maintain_order="left")
+    ids = on_stream["event_id"].to_numpy()
+    columns = {**_columns(on_stream), **{name: _last_detail(event_stats, name, ids) for name in _GPU_DETAIL_STATS}}
     # The first prefix that matches, the event's name before its line's. A line names its kind only when it holds
     # one: "Stream #14(Memset,Compute)" (XLA's command buffers on an H200) runs kernels beside its memsets.
-    line_kinds = pl.col("line_name").cast(pl.String).str.extract(r"\(([^),]*)\)", 1)
-    sources = (pl.col("name").cast(pl.String), line_kinds)
-    on_stream = on_stream.with_columns(copy_kind=pl.coalesce(
-        pl.when(source.str.starts_with(prefix)).then(pl.lit(kind)) for source in sources for prefix, kind in _COPY_KINDS.items()
-    ))
-    is_copy = (pl.col("copy_kind").is_not_null() | pl.col("memcpy_details").is_not_null()) & pl.col("kernel_details").is_null()
+    sources = (columns["name"].cast(pa.string()), _extract(columns["line_name"], r"\((?P<kind>[^),]*)\)"))
+    copy_kind = pa.nulls(on_stream.num_rows, pa.string())
+    for source, (prefix, kind) in reversed([(s, p) for s in sources for p in _COPY_KINDS.items()]):
+        copy_kind = pc.if_else(pc.fill_null(pc.starts_with(source, prefix), False), kind, copy_kind)
+    columns["kind"] = copy_kind
+    is_copy = pc.and_(pc.or_(pc.is_valid(copy_kind), pc.is_valid(columns["memcpy_details"])),
+                      pc.is_null(columns["kernel_details"]))
 
-    copies = on_stream.filter(is_copy).with_columns(
-        kind=pl.col("copy_kind"),
-        bytes=pl.col("memcpy_details").str.extract(r"(?:^|\s)size:(\d+)", 1).cast(pl.Int64, strict=False),
-        src_kind=pl.lit(None, dtype=pl.String), dst_kind=pl.lit(None, dtype=pl.String),
-    )
+    copies = _rows(columns, is_copy)
+    copies["bytes"] = _extract(copies["memcpy_details"], r"(?:^|\s)size:(?P<bytes>\d+)", pa.int64())
+    copies["src_kind"] = copies["dst_kind"] = pa.nulls(len(copies["event_id"]), pa.string())
     yield from _batches("memcpys", copies, batch_rows)
 
-    launch = pl.col("kernel_details")
-    shared = [launch.str.extract(_LAUNCH_FIELDS[k], 1).cast(pl.Int64, strict=False) for k in ("shm", "static_shm", "dynamic_shm")]
-    grid = launch.str.extract_groups(r"(?:^|\s)grid:(\d+),(\d+),(\d+)(?:\s|$)")
-    block = launch.str.extract_groups(r"(?:^|\s)block:(\d+),(\d+),(\d+)(?:\s|$)")
-    kernels = on_stream.filter(~is_copy).with_columns(
-        *(grid.struct.field(str(i + 1)).cast(pl.Int64).alias(f"grid_{axis}") for i, axis in enumerate("xyz")),
-        *(block.struct.field(str(i + 1)).cast(pl.Int64).alias(f"block_{axis}") for i, axis in enumerate("xyz")),
-        registers_per_thread=launch.str.extract(_LAUNCH_FIELDS["registers_per_thread"], 1).cast(pl.Int64, strict=False),
-        shared_memory_bytes=pl.when(pl.any_horizontal(s.is_not_null() for s in shared))
-        .then(pl.sum_horizontal(shared)),
-        occupancy_pct=launch.str.extract(_LAUNCH_FIELDS["occupancy_pct"], 1).cast(pl.Float64, strict=False),
-        framework_op=pl.coalesce("tf_op", "annotation"),
+    kernels = _rows(columns, pc.invert(is_copy))
+    launch = kernels["kernel_details"]
+    for shape in ("grid", "block"):
+        sizes = _extract(launch, rf"(?:^|\s){shape}:(?P<x>\d+),(?P<y>\d+),(?P<z>\d+)(?:\s|$)", pa.int64(),
+                         strict=True, groups=3)
+        kernels.update({f"{shape}_{axis}": size for axis, size in zip("xyz", sizes)})
+    shared = [_extract(launch, _LAUNCH_FIELDS[k], pa.int64()) for k in ("shm", "static_shm", "dynamic_shm")]
+    total = pc.add(pc.add(pc.fill_null(shared[0], 0), pc.fill_null(shared[1], 0)), pc.fill_null(shared[2], 0))
+    any_shared = pc.or_(pc.or_(pc.is_valid(shared[0]), pc.is_valid(shared[1])), pc.is_valid(shared[2]))
+    kernels.update(
+        registers_per_thread=_extract(launch, _LAUNCH_FIELDS["registers_per_thread"], pa.int64()),
+        shared_memory_bytes=pc.if_else(any_shared, total, pa.scalar(None, pa.int64())),
+        occupancy_pct=_extract(launch, _LAUNCH_FIELDS["occupancy_pct"], pa.float64()),
+        framework_op=pc.coalesce(kernels["tf_op"], kernels["annotation"]),
     )
     yield from _batches("kernels", kernels, batch_rows)
+
+
+def _columns(table: pa.Table) -> dict[str, pa.ChunkedArray]:
+    return dict(zip(table.column_names, table.columns))
+
+
+def _last_detail(stats: pa.Table, name: str, ids: np.ndarray) -> pa.ChunkedArray:
+    """For each event of ``ids``, the str_value of its last stat ``name`` that has one; null where none."""
+    rows = stats.filter(pc.and_(pc.equal(stats["stat"], name), pc.is_valid(stats["str_value"])))
+    owners = rows["event_id"].to_numpy()
+    order = np.argsort(owners, kind="stable")
+    last = _events.last_per_owner(owners[order])
+    keys, value_rows = owners[order][last], order[last]
+    if not len(keys):
+        return pa.chunked_array([pa.nulls(len(ids), pa.string())])
+    at = np.minimum(np.searchsorted(keys, ids), len(keys) - 1)
+    hit = keys[at] == ids
+    return rows["str_value"].take(pa.array(np.where(hit, value_rows[at], -1), mask=~hit))
 
 
 def _counter_rows(raw: RawSpace, start_ns: int) -> tuple[list[tuple], int]:

@@ -37,6 +37,7 @@ from xprosql.protos import xplane_pb2
 __all__ = [
     "CHUNK_BYTES",
     "STAT_KINDS",
+    "STAT_KIND_OF_FIELD",
     "RawEvents",
     "RawSpace",
     "fast_available",
@@ -47,7 +48,8 @@ __all__ = [
 
 # XStat value field numbers; 0 = no value set.
 STAT_KINDS = {2: "double", 3: "uint64", 4: "int64", 5: "str", 6: "bytes", 7: "ref"}
-_ONEOF_FIELD = {"double_value": 2, "uint64_value": 3, "int64_value": 4, "str_value": 5, "bytes_value": 6, "ref_value": 7}
+# XStat's value fields (`WhichOneof("value")`) -> their numbers.
+STAT_KIND_OF_FIELD = {f"{name}_value": kind for kind, name in STAT_KINDS.items()}
 
 # Peak memory of decoding per event and per event stat (measured: about 100 and 70 on TPU profiles; the margin
 # covers profiles with longer strings). A chunk holds events and stats costing about CHUNK_BYTES: about 140,000
@@ -234,7 +236,7 @@ def read_raw_python(data: bytes, *, source: str, chunk_bytes: int | None = None)
     stats = [stat for event in events for stat in event.stats]
     which = [stat.WhichOneof("value") for stat in stats]
     values: list[Any] = [getattr(stat, field) if field else None for stat, field in zip(stats, which, strict=True)]
-    kinds = np.array([_ONEOF_FIELD.get(field, 0) for field in which], dtype=np.int8)
+    kinds = np.array([STAT_KIND_OF_FIELD.get(field, 0) for field in which], dtype=np.int8)
     stat_int = np.zeros(len(stats), dtype=np.int64)
     stat_double = np.zeros(len(stats), dtype=np.float64)
     for kind, dtype in ((3, np.uint64), (4, np.int64), (7, np.int64)):
