@@ -123,6 +123,8 @@ def _extract(strings: pa.Array | pa.ChunkedArray, pattern: str, type_: pa.DataTy
 
 
 def _parsed(strings: pa.Array | pa.ChunkedArray, type_: pa.DataType, *, strict: bool) -> Any:
+    """Numbers that patterns matched (digits, and dots for a float) as ``type_``, by Arrow; where one does not fit or
+    parse, it raises (``strict``) or the text is parsed one by one and that one is null."""
     try:
         return pc.cast(strings, type_)
     except pa.ArrowInvalid:
