@@ -287,10 +287,11 @@ def _gpu_space(kernel_details: list[str], copy_sizes: list[str]) -> bytes:
 
 def test_kernel_and_copy_details_parse_field_by_field(tmp_path: Path) -> None:
     """A field that does not parse (a number past int64, "1.2.3", a grid of two) is null on its own; the others
-    of its event are kept."""
+    of its event are kept. Shared memory whose parts fit int64 but their sum does not has no total."""
     path = tmp_path / "details.xplane.pb"
     path.write_bytes(_gpu_space(["regs:99999999999999999999 shm:5 occ_pct:1.2.3 grid:1,2,3 block:4,5,6",
-                                 "regs:7\tshm:1 static_shm:2 occ_pct:50.0", "occ_pct:.5 dynamic_shm:3 grid:1,2"],
+                                 "regs:7\tshm:1 static_shm:2 occ_pct:50.0", "occ_pct:.5 dynamic_shm:3 grid:1,2",
+                                 f"shm:{2**63 - 1} static_shm:1"],
                                 ["4096", "99999999999999999999"]))
     report = xprosql.ingest(path, into=tmp_path / "run")
     assert report.ok, str(report)
@@ -298,7 +299,8 @@ def test_kernel_and_copy_details_parse_field_by_field(tmp_path: Path) -> None:
     kernels = run.sql("SELECT registers_per_thread, shared_memory_bytes, occupancy_pct, grid_x, grid_y, grid_z, "
                       "block_x, block_y, block_z FROM kernels ORDER BY start_ps").rows()
     assert kernels == [(None, 5, None, 1, 2, 3, 4, 5, 6), (7, 3, 50.0, None, None, None, None, None, None),
-                       (None, 3, 0.5, None, None, None, None, None, None)]
+                       (None, 3, 0.5, None, None, None, None, None, None),
+                       (None, None, None, None, None, None, None, None, None)]  # a total past int64: none, not negative
     assert run.sql("SELECT bytes FROM memcpys ORDER BY start_ps").rows() == [(4096,), (None,)]
     # jit_g's program is past uint64 (its module is still named); jit_h's program is its stat's text.
     assert run.sql("SELECT name, hlo_module, program_id FROM events WHERE name LIKE 'jit%' ORDER BY name").rows() == [

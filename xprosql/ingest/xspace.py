@@ -756,7 +756,11 @@ def _gpu_tables(events: pa.Table, event_stats: pa.Table, kinds: list[tuple[str, 
                          strict=True, groups=3)
         kernels.update({f"{shape}_{axis}": size for axis, size in zip("xyz", sizes)})
     shared = [_extract(launch, _LAUNCH_FIELDS[k], pa.int64()) for k in ("shm", "static_shm", "dynamic_shm")]
-    total = pc.add(pc.add(pc.fill_null(shared[0], 0), pc.fill_null(shared[1], 0)), pc.fill_null(shared[2], 0))
+    filled = [pc.fill_null(part, 0) for part in shared]
+    try:
+        total = pc.add_checked(pc.add_checked(filled[0], filled[1]), filled[2])
+    except pa.ArrowInvalid:  # parts that fit int64 alone but not together: no total, rather than a wrapped negative one
+        total = _in_range([sum(parts) for parts in zip(*(part.to_pylist() for part in filled))], pa.int64())
     any_shared = pc.or_(pc.or_(pc.is_valid(shared[0]), pc.is_valid(shared[1])), pc.is_valid(shared[2]))
     kernels.update(
         registers_per_thread=_extract(launch, _LAUNCH_FIELDS["registers_per_thread"], pa.int64()),
